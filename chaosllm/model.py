@@ -1,0 +1,176 @@
+"""Plain data: recorded exchanges and response plans.
+
+Theory of operation
+-------------------
+An `Exchange` is one recorded request and its answer, as stored on disk
+(see README, "Recording format"). A provider renders an exchange into a
+`ResponsePlan`: everything the wire must put on the socket, in order, and how
+the message ends. Faults are pure functions `ResponsePlan -> ResponsePlan`,
+and the wire layer (`chaosllm.wire`) only executes plans. Nothing in this
+module does I/O.
+
+A plan is a head (status and headers, optionally delayed), a sequence of body
+`Piece`s (each an SSE frame for a stream, or a slice of a JSON body), and an
+`Ending`:
+
+- `COMPLETE`: the HTTP message is finished properly (terminating chunk, or
+  the full Content-Length); the connection may be reused.
+- `CLOSE`: the socket is closed (FIN) right after the last piece, whether or
+  not the HTTP message was complete.
+- `RESET`: the socket is reset (RST, SO_LINGER 0) after the last piece.
+- `STALL`: nothing more is sent until the client goes away or `stall_ms`
+  passes; then the socket is closed.
+
+`send_head=False` means no HTTP head at all: the pieces are written to the
+socket as raw bytes (garbage) and then the ending applies; with no pieces this
+is an empty reply.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = [
+    "Ending",
+    "Exchange",
+    "Framing",
+    "JSON",
+    "Piece",
+    "Outcome",
+    "PlanReport",
+    "RecordedChunk",
+    "RecordedRequest",
+    "RecordedResponse",
+    "ResponsePlan",
+]
+
+JSON = Any
+"""A value as `json.loads` returns it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    method: str
+    path: str
+    body: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedChunk:
+    """One SSE frame exactly as it was on the wire, with the gap before it."""
+
+    data: str
+    """The frame's full text, e.g. ``'data: {...}\\n\\n'`` (field lines and blank line)."""
+    delay_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedResponse:
+    status: int
+    body: JSON
+    """The assembled non-stream body: always present."""
+    stream: bool = False
+    """Whether the answer was recorded from a stream."""
+    chunks: tuple[RecordedChunk, ...] | None = None
+    """The exact frames, when recorded from a stream."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Upstream headers worth replaying (request ids, rate-limit headers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    provider: str
+    request: RecordedRequest
+    response: RecordedResponse
+    digest: str
+    """The digest computed from `request` by the provider (never trusted from the file)."""
+    name: str
+    """``<scenario>/<file stem>``: how people and the journal refer to it."""
+    scenario: str
+    meta: Mapping[str, JSON] = field(default_factory=dict)
+    source: str | None = None
+    """The file it was loaded from, if any."""
+    stored_digest: str | None = None
+    """The digest written in the file, if any (a stale one is reported by doctor)."""
+
+
+class Framing(enum.Enum):
+    LENGTH = "length"
+    """A body with Content-Length (JSON answers)."""
+    CHUNKED = "chunked"
+    """A chunked body (SSE streams): one chunk per piece."""
+
+
+class Ending(enum.Enum):
+    COMPLETE = "complete"
+    CLOSE = "close"
+    RESET = "reset"
+    STALL = "stall"
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    data: bytes
+    delay_ms: float = 0.0
+    """How long to wait before sending this piece."""
+    frame: bool = True
+    """Whether this piece is an SSE frame (counted in `frames sent`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsePlan:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    pieces: tuple[Piece, ...]
+    framing: Framing = Framing.LENGTH
+    ending: Ending = Ending.COMPLETE
+    content_length: int | None = None
+    """With `Framing.LENGTH`: the declared length; None means the pieces' total."""
+    head_delay_ms: float = 0.0
+    send_head: bool = True
+    stall_ms: float = 0.0
+    """With `Ending.STALL`: the longest silence before the socket is closed."""
+    close_after: bool = False
+    """Close the connection after a complete message (no keep-alive)."""
+
+    @property
+    def body_length(self) -> int:
+        return sum(len(p.data) for p in self.pieces)
+
+    @property
+    def declared_length(self) -> int:
+        return self.body_length if self.content_length is None else self.content_length
+
+    @property
+    def frame_count(self) -> int:
+        return sum(1 for p in self.pieces if p.frame)
+
+    def body(self) -> bytes:
+        return b"".join(p.data for p in self.pieces)
+
+    def with_(self, **changes: Any) -> ResponsePlan:
+        return replace(self, **changes)
+
+
+class Outcome(str, enum.Enum):
+    COMPLETE = "complete"
+    """The plan ran to its end as written (whatever its ending)."""
+    CLIENT_GONE = "client_gone"
+    """The client closed or reset the connection before the plan finished."""
+    ERROR = "error"
+    """The server failed while executing the plan."""
+
+
+@dataclass(slots=True)
+class PlanReport:
+    """What the wire layer did with a plan: filled in as it executes it."""
+
+    frames_sent: int = 0
+    bytes_sent: int = 0
+    head_sent: bool = False
+    outcome: Outcome | None = None
+    degraded: str | None = None
+    """Set when the server could not do exactly what the plan says (not chaosllm's own server)."""

@@ -1,0 +1,405 @@
+"""OpenAI Chat Completions: canonical requests, plans, error envelopes, stream assembly.
+
+Theory of operation
+-------------------
+The digest covers what decides the answer (model, messages reduced to
+role/content/name/tool_call_id/tool_calls, tools, tool_choice,
+response_format) and nothing of transport or sampling, so a streamed and a
+non-streamed request hit the same recording.
+
+A recording made from a stream keeps its exact frames: a stream request
+replays them verbatim (their bytes, their recorded gaps scaled by `timing`).
+Otherwise frames are rendered from the assembled body the way the API streams
+them: a role delta, reasoning deltas, content (or refusal) deltas of a few
+words each, tool calls (one delta with index, id, type and name, then argument
+fragments), the finish chunk, the usage chunk when
+``stream_options.include_usage`` is set, and ``data: [DONE]``.
+A non-stream request gets the assembled body as JSON, whichever way it was
+recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from chaosllm.errors import InvalidRequest
+from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
+from chaosllm.providers.base import ErrorKind, canonical_json, sha256_digest
+
+__all__ = [
+    "CANONICAL_MESSAGE_KEYS",
+    "OpenAIChat",
+    "error_body",
+    "error_type_for_status",
+    "iter_frame_payloads",
+    "sse_frame",
+]
+
+CANONICAL_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_call_id", "tool_calls"})
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+REASONING_KEYS = ("reasoning_content", "reasoning")
+
+JSON_HEADERS = (("content-type", "application/json"),)
+SSE_HEADERS = (
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+)
+DONE_FRAME = "data: [DONE]\n\n"
+
+_STATUS_ERROR_TYPES: Mapping[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "not_found"),
+    408: ("timeout", None),
+    409: ("invalid_request_error", "conflict"),
+    413: ("invalid_request_error", "request_too_large"),
+    422: ("invalid_request_error", None),
+    429: ("rate_limit_exceeded", "rate_limit_exceeded"),
+    500: ("server_error", None),
+    502: ("server_error", "bad_gateway"),
+    503: ("server_error", "service_unavailable"),
+    504: ("timeout", "gateway_timeout"),
+    529: ("server_error", "overloaded"),
+}
+
+_KIND_TYPES = {
+    ErrorKind.INVALID_REQUEST: "invalid_request_error",
+    ErrorKind.NOT_FOUND: "invalid_request_error",
+    ErrorKind.NO_MATCH: "invalid_request_error",
+    ErrorKind.SERVER_ERROR: "server_error",
+}
+
+# A piece of streamed text: a word with the whitespace before it (how tokens look).
+_TEXT_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+def error_type_for_status(status: int) -> tuple[str, str | None]:
+    """The OpenAI error `type` and `code` a real API uses for an HTTP status."""
+    if status in _STATUS_ERROR_TYPES:
+        return _STATUS_ERROR_TYPES[status]
+    return ("server_error", None) if status >= 500 else ("invalid_request_error", None)
+
+
+def error_body(message: str, type_: str, code: str | None = None,
+               param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def sse_frame(payload: JSON) -> str:
+    return "data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n\n"
+
+
+def iter_frame_payloads(frames: Sequence[str]) -> Iterator[str]:
+    """The `data` field of each SSE event in `frames` (multi-line data joined by newlines)."""
+    for frame in frames:
+        for event in frame.replace("\r\n", "\n").split("\n\n"):
+            lines = [ln[5:].removeprefix(" ") for ln in event.split("\n") if ln.startswith("data:")]
+            if lines:
+                yield "\n".join(lines)
+
+
+def _text_pieces(text: str) -> list[str]:
+    return _TEXT_PIECE.findall(text) or [text]
+
+
+def _argument_pieces(arguments: str) -> list[str]:
+    """Tool-call arguments split as the API streams them: a few characters at a time."""
+    if not arguments:
+        return []
+    pieces: list[str] = []
+    start = 0
+    # Break after structural characters, like the tokenizer does, in pieces of <= 12 chars.
+    for i, ch in enumerate(arguments):
+        if (ch in ',:{}[]"' and i + 1 - start >= 3) or i + 1 - start >= 12:
+            pieces.append(arguments[start : i + 1])
+            start = i + 1
+    if start < len(arguments):
+        pieces.append(arguments[start:])
+    return pieces
+
+
+def _expect(cond: bool, message: str, param: str, code: str = "invalid_type") -> None:
+    if not cond:
+        raise InvalidRequest(message, param=param, code=code)
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+class OpenAIChat:
+    """The `openai.chat` provider (``POST /v1/chat/completions``)."""
+
+    name = "openai.chat"
+    paths = ("/v1/chat/completions", "/chat/completions")
+
+    # -- requests ---------------------------------------------------------------
+
+    def validate(self, body: JSON) -> None:
+        _expect(isinstance(body, dict),
+                f"The request body must be a JSON object, but got {_type_name(body)} instead.",
+                "body")
+        assert isinstance(body, dict)
+        if "model" not in body:
+            raise InvalidRequest("Missing required parameter: 'model'.", param="model",
+                                 code="missing_required_parameter")
+        _expect(isinstance(body["model"], str),
+                f"Invalid type for 'model': expected a string, but got "
+                f"{_type_name(body['model'])} instead.", "model")
+        if "messages" not in body:
+            raise InvalidRequest("Missing required parameter: 'messages'.", param="messages",
+                                 code="missing_required_parameter")
+        messages = body["messages"]
+        _expect(isinstance(messages, list),
+                f"Invalid type for 'messages': expected an array, but got "
+                f"{_type_name(messages)} instead.", "messages")
+        _expect(len(messages) > 0,
+                "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+                "but got an empty array instead.", "messages", "empty_array")
+        for i, message in enumerate(messages):
+            _expect(isinstance(message, dict),
+                    f"Invalid type for 'messages[{i}]': expected an object, but got "
+                    f"{_type_name(message)} instead.", f"messages[{i}]")
+            role = message.get("role")
+            if role is None:
+                raise InvalidRequest(f"Missing required parameter: 'messages[{i}].role'.",
+                                     param=f"messages[{i}].role",
+                                     code="missing_required_parameter")
+            _expect(role in ROLES,
+                    f"Invalid value: {json.dumps(role)}. Supported values are: "
+                    + ", ".join(f"'{r}'" for r in sorted(ROLES)) + ".",
+                    f"messages[{i}].role", "invalid_value")
+            content = message.get("content")
+            _expect(content is None or isinstance(content, (str, list)),
+                    f"Invalid type for 'messages[{i}].content': expected one of a string or "
+                    f"array of objects, but got {_type_name(content)} instead.",
+                    f"messages[{i}].content")
+            if role == "tool":
+                _expect(isinstance(message.get("tool_call_id"), str),
+                        f"Missing required parameter: 'messages[{i}].tool_call_id'.",
+                        f"messages[{i}].tool_call_id", "missing_required_parameter")
+        for key, kind, check in (
+            ("stream", "a boolean", lambda v: isinstance(v, bool)),
+            ("tools", "an array", lambda v: isinstance(v, list)),
+            ("stream_options", "an object", lambda v: isinstance(v, dict)),
+            ("response_format", "an object", lambda v: isinstance(v, dict)),
+            ("n", "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+        ):
+            if key in body and body[key] is not None:
+                _expect(check(body[key]),
+                        f"Invalid type for '{key}': expected {kind}, but got "
+                        f"{_type_name(body[key])} instead.", key)
+
+    def canonical(self, body: JSON) -> JSON:
+        return {
+            "model": body.get("model"),
+            "messages": [
+                {k: v for k, v in m.items() if k in CANONICAL_MESSAGE_KEYS}
+                if isinstance(m, dict) else m
+                for m in body.get("messages", [])
+            ],
+            "tools": body.get("tools"),
+            "tool_choice": body.get("tool_choice"),
+            "response_format": body.get("response_format"),
+        }
+
+    def digest(self, body: JSON) -> str:
+        return sha256_digest(self.canonical(body))
+
+    def match_text(self, body: JSON) -> str:
+        return canonical_json(self.canonical(body))
+
+    def wants_stream(self, body: JSON) -> bool:
+        return bool(isinstance(body, dict) and body.get("stream") is True)
+
+    @staticmethod
+    def include_usage(body: JSON) -> bool:
+        options = body.get("stream_options") if isinstance(body, dict) else None
+        return isinstance(options, dict) and options.get("include_usage") is True
+
+    # -- responses --------------------------------------------------------------
+
+    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
+        response = exchange.response
+        headers = tuple(response.headers)
+        if response.status >= 400 or not isinstance(response.body, dict) \
+                or "choices" not in response.body:
+            # A recorded error answer: the provider's envelope, same status, whatever was asked.
+            data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
+            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
+                                pieces=(Piece(data, frame=False),))
+        if not self.wants_stream(body):
+            data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
+            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
+                                pieces=(Piece(data, frame=False),))
+        if response.chunks is not None:
+            pieces = tuple(Piece(c.data.encode("utf-8"), c.delay_ms * timing)
+                           for c in response.chunks)
+        else:
+            pieces = tuple(Piece(f.encode("utf-8"))
+                           for f in self.stream_frames(response.body,
+                                                       include_usage=self.include_usage(body)))
+        return ResponsePlan(status=response.status, headers=SSE_HEADERS + headers,
+                            pieces=pieces, framing=Framing.CHUNKED)
+
+    def stream_frames(self, completion: Mapping[str, Any], *, include_usage: bool) -> list[str]:
+        """SSE frames equivalent to a `chat.completion` body, as the API would stream it."""
+        base: dict[str, Any] = {
+            "id": completion.get("id", "chatcmpl-chaosllm"),
+            "object": "chat.completion.chunk",
+            "created": completion.get("created", 0),
+            "model": completion.get("model", ""),
+        }
+        for key in ("service_tier", "system_fingerprint"):
+            if key in completion:
+                base[key] = completion[key]
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> str:
+            payload = dict(base)
+            payload["choices"] = [{"index": index, "delta": delta, "logprobs": None,
+                                   "finish_reason": finish}]
+            if include_usage:
+                payload["usage"] = None
+            return sse_frame(payload)
+
+        frames: list[str] = []
+        for choice in completion.get("choices", []):
+            index = choice.get("index", 0)
+            message = choice.get("message") or {}
+            content = message.get("content")
+            first: dict[str, Any] = {"role": message.get("role", "assistant"),
+                                     "content": "" if isinstance(content, str) else None}
+            if "refusal" in message:
+                first["refusal"] = None
+            frames.append(chunk(index, first))
+            for key in REASONING_KEYS:
+                if isinstance(message.get(key), str) and message[key]:
+                    frames.extend(chunk(index, {key: p}) for p in _text_pieces(message[key]))
+            if isinstance(message.get("content"), str) and message["content"]:
+                frames.extend(chunk(index, {"content": p})
+                              for p in _text_pieces(message["content"]))
+            if isinstance(message.get("refusal"), str) and message["refusal"]:
+                frames.extend(chunk(index, {"refusal": p})
+                              for p in _text_pieces(message["refusal"]))
+            for call_index, call in enumerate(message.get("tool_calls") or []):
+                function = call.get("function") or {}
+                frames.append(chunk(index, {"tool_calls": [{
+                    "index": call_index, "id": call.get("id"), "type": call.get("type", "function"),
+                    "function": {"name": function.get("name"), "arguments": ""},
+                }]}))
+                frames.extend(
+                    chunk(index, {"tool_calls": [{"index": call_index,
+                                                  "function": {"arguments": piece}}]})
+                    for piece in _argument_pieces(function.get("arguments") or ""))
+            frames.append(chunk(index, {}, choice.get("finish_reason") or "stop"))
+        if include_usage:
+            payload = dict(base)
+            payload["choices"] = []
+            payload["usage"] = completion.get("usage")
+            frames.append(sse_frame(payload))
+        frames.append(DONE_FRAME)
+        return frames
+
+    def render_error(
+        self, status: int, message: str, *, kind: str, code: str | None = None,
+        param: str | None = None, stream: bool = False,
+    ) -> ResponsePlan:
+        type_ = _KIND_TYPES.get(kind) or error_type_for_status(status)[0]
+        data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
+        return ResponsePlan(status=status, headers=JSON_HEADERS,
+                            pieces=(Piece(data.encode("utf-8"), frame=False),))
+
+    # -- assembly ---------------------------------------------------------------
+
+    def assemble(self, frames: Sequence[str]) -> JSON:
+        completion: dict[str, Any] = {}
+        choices: dict[int, dict[str, Any]] = {}
+        for data in iter_frame_payloads(frames):
+            if data.strip() == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk and "choices" not in chunk:
+                return chunk
+            if not completion:
+                completion = {"id": chunk.get("id"), "object": "chat.completion",
+                              "created": chunk.get("created"), "model": chunk.get("model")}
+                for key in ("service_tier", "system_fingerprint"):
+                    if key in chunk:
+                        completion[key] = chunk[key]
+            if chunk.get("usage"):
+                completion["usage"] = chunk["usage"]
+            for c in chunk.get("choices") or []:
+                state = choices.setdefault(c.get("index", 0), {
+                    "index": c.get("index", 0), "message": {"role": "assistant", "content": None},
+                    "logprobs": None, "finish_reason": None, "_calls": {}})
+                _merge_delta(state, c.get("delta") or {})
+                if c.get("finish_reason") is not None:
+                    state["finish_reason"] = c["finish_reason"]
+        result_choices = []
+        for index in sorted(choices):
+            state = choices[index]
+            calls = state.pop("_calls")
+            if calls:
+                state["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
+            result_choices.append(state)
+        completion["choices"] = result_choices
+        completion.setdefault("usage", None)
+        return completion
+
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        return {
+            "id": "chatcmpl-chaosllm" + digest[:24],
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "") if isinstance(body, dict) else "",
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant",
+                            "content": f"[chaosllm fallback] No recording matches this request "
+                                       f"(digest {digest}).",
+                            "refusal": None, "annotations": []},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+
+
+def _merge_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    message = state["message"]
+    for key, value in delta.items():
+        if key == "role":
+            message["role"] = value
+        elif key == "tool_calls":
+            for call in value or []:
+                slot = state["_calls"].setdefault(call.get("index", 0), {
+                    "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                if call.get("id"):
+                    slot["id"] = call["id"]
+                if call.get("type"):
+                    slot["type"] = call["type"]
+                function = call.get("function") or {}
+                if function.get("name"):
+                    slot["function"]["name"] += function["name"]
+                if function.get("arguments"):
+                    slot["function"]["arguments"] += function["arguments"]
+        elif isinstance(value, str):
+            message[key] = (message.get(key) or "") + value
+        elif key not in message:
+            message[key] = value
