@@ -1,0 +1,868 @@
+"""chaosllm's own HTTP/1.1 server: `h11` for the protocol, `anyio` for the sockets.
+
+Theory of operation
+-------------------
+`WireServer.serve` runs the ASGI lifespan (when the app supports it), binds a
+TCP listener and runs one accept loop per listening socket. Every accepted
+connection gets one task and one `_Connection`; there are no per-request
+tasks. The connection task loops over request/response cycles:
+
+1. read the request head through `h11` (a first-request or keep-alive idle
+   deadline, then `header_timeout_s` once bytes arrived: 408 when a partial
+   head times out, plain close when nothing came; malformed HTTP gets 400);
+2. read the whole body (bounded by `max_body_bytes`: 413, then close);
+3. call the app in the same task with a `_Cycle`'s ``receive``/``send``;
+4. keep the connection alive (``start_next_cycle``) unless either side asked
+   to close, the response was not completed, or the server is shutting down.
+
+Standard ``http.response.*`` messages go through `h11` and are written as soon
+as they arrive (a head with Content-Length waits for the first body message,
+so a small response is a single write; a streaming head goes out at once).
+The custom ``chaosllm.plan`` message (see `chaosllm.wire.asgi.send_plan`) is
+executed here on the socket: delays, pieces, and endings that ASGI cannot
+express -- FIN or RST mid-body, raw bytes without a head, an empty reply, a
+stall. Consecutive pieces without delay are coalesced into one write; a piece
+after a delay is flushed on its own. `h11` serialises heads and chunks; a
+short body is simply never completed, bytes beyond a declared Content-Length
+are written raw, and a message that is not completed always ends the
+connection.
+
+The client is noticed leaving by reading the socket while the app runs: the
+second ``receive()`` and every delay inside a plan read (and stash into `h11`
+any pipelined bytes) until EOF. A write to a vanished client silently turns
+the rest of the response into no-ops, as uvicorn does (ASGI spec 2.3).
+
+Shutdown (`request_shutdown`, thread-safe) stops accepting, closes the
+connections that are waiting for a request head, lets in-flight requests finish
+for `graceful_timeout_s`, then cancels them; every socket is closed on the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any, Final
+from urllib.parse import unquote
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import h11
+
+from chaosllm.errors import ServerError
+from chaosllm.model import Ending, Framing, Outcome, PlanReport, ResponsePlan
+from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, Scope
+
+__all__ = ["WireServer"]
+
+logger = logging.getLogger("chaosllm.wire")
+
+_READ_SIZE: Final = 65536
+_MAX_STASH: Final = 1024 * 1024
+"""Pipelined bytes we buffer while a response is in flight before we stop reading."""
+_LINGER_S: Final = 1.0
+"""How long a refused upload is drained so that the client can read the refusal."""
+_ASGI: Final = {"version": "3.0", "spec_version": "2.3"}
+_PHRASES: Final = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
+_RST_LINGER: Final = struct.pack("ii", 1, 0)
+_GONE_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
+
+_date_cache: list[Any] = [0, b""]
+
+
+def _date() -> bytes:
+    now = int(time.time())
+    if now != _date_cache[0]:
+        _date_cache[0] = now
+        _date_cache[1] = formatdate(now, usegmt=True).encode("ascii")
+    value: bytes = _date_cache[1]
+    return value
+
+
+def _error_body(message: str, type_: str, code: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+
+
+def _emit(conn: h11.Connection, event: h11.Event) -> list[bytes]:
+    parts = conn.send_with_data_passthrough(event)
+    assert parts is not None
+    return parts
+
+
+class _Gone(Exception):
+    """The client went away (or the socket is closed): stop writing."""
+
+
+class WireServer:
+    """An HTTP/1.1 server hosting an ASGI app, able to execute `ResponsePlan`s exactly.
+
+    Usage (in an anyio task group)::
+
+        server = WireServer(app, port=0)
+        host, port = await tg.start(server.serve)
+        ...
+        server.request_shutdown()   # or: await server.shutdown()
+
+    From synchronous code (tests, the CLI)::
+
+        with WireServer(app).run_in_thread() as (host, port):
+            ...
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        header_timeout_s: float = 10.0,
+        keepalive_timeout_s: float = 75.0,
+        max_connections: int = 1000,
+        graceful_timeout_s: float = 5.0,
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.max_body_bytes = max_body_bytes
+        self.header_timeout_s = header_timeout_s
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self.max_connections = max_connections
+        self.graceful_timeout_s = graceful_timeout_s
+        self.bound: tuple[str, int] | None = None
+        """The address actually listened on, once `serve` has started."""
+        self.shutting_down = False
+        self._state: dict[str, Any] = {}
+        self._connections: set[_Connection] = set()
+        self._stop: anyio.Event | None = None
+        self._stopped: anyio.Event | None = None
+        self._drained: anyio.Event | None = None
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._loop_thread: int | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the bound socket (only once started)."""
+        if self.bound is None:
+            raise ServerError("the server is not listening")
+        host, port = self.bound
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until `request_shutdown`; ``task_status.started((host, port))`` once bound.
+
+        Raises `ServerError` when the app's lifespan startup fails or the address
+        cannot be bound.
+        """
+        self._loop_thread = threading.get_ident()
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        failure: str | None = None
+        try:
+            async with anyio.from_thread.BlockingPortal() as portal:
+                self._portal = portal
+                if self.shutting_down:
+                    self._stop.set()
+                failure = await self._serve_app(task_status)
+        finally:
+            self._portal = None
+            self._stopped.set()
+        if failure is not None:
+            raise ServerError(failure)
+
+    async def _serve_app(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> str | None:
+        """Lifespan around the sockets; returns why the server could not run, if so."""
+        failure: str | None = None
+        async with anyio.create_task_group() as tg:
+            lifespan = _Lifespan(self.app, self._state)
+            tg.start_soon(lifespan.run)
+            await lifespan.started.wait()
+            if lifespan.failed is not None:
+                failure = f"ASGI lifespan startup failed: {lifespan.failed}"
+            else:
+                try:
+                    await self._serve_sockets(task_status)
+                except OSError as exc:
+                    failure = f"cannot listen on {self.host}:{self.port}: {exc}"
+                finally:
+                    if lifespan.supported:
+                        lifespan.shutdown_requested.set()
+                        with anyio.move_on_after(self.graceful_timeout_s, shield=True):
+                            await lifespan.finished.wait()
+            tg.cancel_scope.cancel()
+        return failure
+
+    def request_shutdown(self) -> None:
+        """Ask `serve` to stop; callable from any thread.
+
+        From the event loop's thread it returns at once; from another thread it
+        returns once the loop has taken the request.
+        """
+        portal = self._portal
+        if portal is not None and threading.get_ident() != self._loop_thread:
+            # The portal is stopped only when serve() is over: nothing left to stop then.
+            with contextlib.suppress(RuntimeError):
+                portal.call(self._shutdown_in_loop)
+            return
+        self._shutdown_in_loop()
+
+    async def shutdown(self) -> None:
+        """Request shutdown and wait until `serve` has returned (from the loop's thread)."""
+        self._shutdown_in_loop()
+        if self._stopped is not None:
+            await self._stopped.wait()
+
+    @contextlib.contextmanager
+    def run_in_thread(
+        self, *, backend: str = "asyncio", timeout_s: float = 30.0
+    ) -> Iterator[tuple[str, int]]:
+        """Serve in a background thread (its own event loop); yields ``(host, port)``.
+
+        On exit the server is shut down and the thread joined (errors re-raised).
+        """
+        with anyio.from_thread.start_blocking_portal(backend) as portal:
+            future, address = portal.start_task(self.serve)
+            try:
+                yield address
+            finally:
+                portal.call(self._shutdown_in_loop)
+                future.result(timeout=timeout_s)
+
+    def _shutdown_in_loop(self) -> None:
+        self.shutting_down = True
+        if self._stop is not None:
+            self._stop.set()
+        for connection in self._connections:
+            if connection.head_scope is not None:
+                connection.head_scope.cancel()
+
+    async def _serve_sockets(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> None:
+        assert self._stop is not None
+        multi = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        async with multi:
+            listeners = [
+                listener
+                for listener in multi.listeners
+                if isinstance(listener, anyio.abc.SocketListener)
+            ]
+            sockname = listeners[0].extra(anyio.abc.SocketAttribute.local_address)
+            assert isinstance(sockname, tuple)
+            self.bound = (str(sockname[0]), int(sockname[1]))
+            slots = anyio.Semaphore(self.max_connections)
+            try:
+                async with anyio.create_task_group() as connections:
+                    async with anyio.create_task_group() as acceptors:
+                        for listener in listeners:
+                            acceptors.start_soon(self._accept_loop, listener, connections, slots)
+                        task_status.started(self.bound)
+                        await self._stop.wait()
+                        acceptors.cancel_scope.cancel()
+                    if self._connections:
+                        self._drained = anyio.Event()
+                        with anyio.move_on_after(self.graceful_timeout_s):
+                            await self._drained.wait()
+                    connections.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for connection in list(self._connections):
+                        await connection.close()
+                    self._connections.clear()
+
+    async def _accept_loop(
+        self,
+        listener: anyio.abc.SocketListener,
+        tg: anyio.abc.TaskGroup,
+        slots: anyio.Semaphore,
+    ) -> None:
+        while True:
+            await slots.acquire()
+            try:
+                stream = await listener.accept()
+            except anyio.ClosedResourceError:
+                slots.release()
+                return
+            except (OSError, anyio.BrokenResourceError) as exc:
+                slots.release()
+                logger.warning("accept() failed: %s", exc)
+                await anyio.sleep(0.05)
+                continue
+            except BaseException:
+                slots.release()
+                raise
+            connection = _Connection(self, stream)
+            self._connections.add(connection)
+            tg.start_soon(self._run_connection, connection, slots)
+
+    async def _run_connection(self, connection: _Connection, slots: anyio.Semaphore) -> None:
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+            slots.release()
+            if self._drained is not None and not self._connections:
+                self._drained.set()
+
+
+class _Lifespan:
+    """Drives the ASGI lifespan protocol; tolerates apps that do not support it."""
+
+    def __init__(self, app: ASGIApp, state: dict[str, Any]) -> None:
+        self.app = app
+        self.state = state
+        self.started = anyio.Event()
+        self.shutdown_requested = anyio.Event()
+        self.finished = anyio.Event()
+        self.failed: str | None = None
+        self.supported = True
+        self._asked_startup = False
+
+    async def run(self) -> None:
+        scope = {"type": "lifespan", "asgi": dict(_ASGI), "state": self.state}
+        try:
+            await self.app(scope, self._receive, self._send)
+        except Exception as exc:
+            if not self.started.is_set():
+                self.supported = False
+                logger.debug("the ASGI app does not support lifespan: %r", exc)
+            else:
+                logger.exception("ASGI lifespan failed")
+        finally:
+            self.started.set()
+            self.finished.set()
+
+    async def _receive(self) -> Message:
+        if not self._asked_startup:
+            self._asked_startup = True
+            return {"type": "lifespan.startup"}
+        await self.shutdown_requested.wait()
+        return {"type": "lifespan.shutdown"}
+
+    async def _send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "lifespan.startup.complete":
+            self.started.set()
+        elif kind == "lifespan.startup.failed":
+            self.failed = str(message.get("message", ""))
+            self.started.set()
+        elif kind == "lifespan.shutdown.complete":
+            self.finished.set()
+        elif kind == "lifespan.shutdown.failed":
+            logger.error("ASGI lifespan shutdown failed: %s", message.get("message", ""))
+            self.finished.set()
+
+
+def _address(value: object) -> tuple[str, int] | None:
+    if isinstance(value, tuple) and len(value) >= 2:
+        return (str(value[0]), int(value[1]))
+    return None
+
+
+class _Connection:
+    """One accepted socket: the request/response loop and the socket primitives."""
+
+    __slots__ = (
+        "client",
+        "closed",
+        "gone",
+        "gone_event",
+        "h11",
+        "head_scope",
+        "must_close",
+        "server",
+        "server_address",
+        "stash",
+        "stream",
+        "watching",
+    )
+
+    def __init__(self, server: WireServer, stream: anyio.abc.SocketStream) -> None:
+        self.server = server
+        self.stream = stream
+        self.h11 = h11.Connection(h11.SERVER)
+        self.gone = False
+        self.closed = False
+        self.must_close = False
+        self.watching = False
+        self.gone_event: anyio.Event | None = None
+        self.head_scope: anyio.CancelScope | None = None
+        self.stash = 0
+        self.client = _address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
+        self.server_address = _address(stream.extra(anyio.abc.SocketAttribute.local_address, None))
+
+    # -- the request/response loop ---------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            first = True
+            while True:
+                request = await self._read_request(first)
+                first = False
+                if request is None:
+                    return
+                await self._run_app(*request)
+                if self.closed or self.gone or self.must_close or self.server.shutting_down:
+                    return
+                conn = self.h11
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+                self.stash = 0
+        except Exception:
+            logger.exception("connection handler failed")
+        finally:
+            await self.close()
+
+    async def _read_request(self, first: bool) -> tuple[h11.Request, bytes] | None:
+        conn = self.h11
+        server = self.server
+        try:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                event = await self._wait_head(first)
+            if type(event) is not h11.Request:
+                return None
+            limit = server.max_body_bytes
+            for name, value in event.headers:
+                if name == b"content-length" and int(value) > limit:
+                    await self._refuse_body(limit)
+                    return None
+            if conn.they_are_waiting_for_100_continue:
+                await self.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+            parts: list[bytes] = []
+            size = 0
+            while True:
+                body_event = conn.next_event()
+                if body_event is h11.NEED_DATA:
+                    data = b""
+                    with anyio.move_on_after(server.header_timeout_s) as timeout:
+                        data = await self._recv()
+                    if timeout.cancelled_caught:
+                        await self._error(408, "Timed out reading the request body", "timeout")
+                        return None
+                    conn.receive_data(data)
+                elif type(body_event) is h11.Data:
+                    size += len(body_event.data)
+                    if size > limit:
+                        await self._refuse_body(limit)
+                        return None
+                    parts.append(body_event.data)
+                elif type(body_event) is h11.EndOfMessage:
+                    break
+                else:
+                    return None
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            await self._error(status, f"Malformed HTTP request: {exc}", "bad_request")
+            return None
+        except _Gone:
+            return None
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        return event, bytes(body)
+
+    async def _wait_head(self, first: bool) -> Any:
+        """Read until `h11` yields an event; None on timeout or shutdown."""
+        server = self.server
+        if server.shutting_down:
+            return None
+        conn = self.h11
+        got_bytes = bool(conn.trailing_data[0])
+        wait = server.header_timeout_s if first or got_bytes else server.keepalive_timeout_s
+        event: Any = h11.NEED_DATA
+        with anyio.CancelScope(deadline=anyio.current_time() + wait) as scope:
+            self.head_scope = scope
+            try:
+                while event is h11.NEED_DATA:
+                    data = await self._recv()
+                    if data and not got_bytes:
+                        got_bytes = True
+                        if not first:
+                            scope.deadline = anyio.current_time() + server.header_timeout_s
+                    conn.receive_data(data)
+                    event = conn.next_event()
+            finally:
+                self.head_scope = None
+        if event is h11.NEED_DATA:
+            if got_bytes and not server.shutting_down:
+                await self._error(408, "Timed out reading the request head", "timeout")
+            return None
+        return event
+
+    async def _run_app(self, request: h11.Request, body: bytes) -> None:
+        server = self.server
+        raw_path, _, query = request.target.partition(b"?")
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        scope: Scope = {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": request.http_version.decode("ascii"),
+            "method": request.method.decode("ascii"),
+            "scheme": "http",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": "",
+            "headers": list(request.headers),
+            "client": self.client,
+            "server": self.server_address,
+            "state": server._state.copy(),
+            "extensions": {PLAN_EXTENSION: {}},
+        }
+        cycle = _Cycle(self, body, request.method == b"HEAD")
+        try:
+            await server.app(scope, cycle.receive, cycle.send)
+        except Exception:
+            logger.exception("Exception in ASGI application")
+            if not cycle.committed:
+                await self._error(500, "Internal server error", "internal_error", "server_error")
+            self.must_close = True
+            return
+        if not cycle.committed:
+            logger.error("ASGI application returned without starting a response")
+            await self._error(500, "Internal server error", "internal_error", "server_error")
+        elif not cycle.complete:
+            logger.error("ASGI application returned without completing the response")
+            self.must_close = True
+
+    # -- socket primitives ----------------------------------------------------------------
+
+    async def _recv(self) -> bytes:
+        try:
+            return await self.stream.receive(_READ_SIZE)
+        except _GONE_ERRORS:
+            return b""
+
+    async def write(self, data: bytes) -> None:
+        if self.gone or self.closed:
+            raise _Gone
+        try:
+            await self.stream.send(data)
+        except _GONE_ERRORS:
+            self._mark_gone()
+            raise _Gone from None
+
+    def _mark_gone(self) -> None:
+        self.gone = True
+        if self.gone_event is not None:
+            self.gone_event.set()
+
+    async def wait_disconnect(self) -> None:
+        """Return once the client has gone (EOF or error); stash pipelined bytes."""
+        if self.gone or self.closed:
+            return
+        if self.watching:
+            if self.gone_event is None:
+                self.gone_event = anyio.Event()
+            await self.gone_event.wait()
+            return
+        self.watching = True
+        try:
+            while True:
+                data = await self._recv()
+                if not data:
+                    break
+                self.h11.receive_data(data)
+                self.stash += len(data)
+                if self.stash > _MAX_STASH:
+                    await anyio.sleep_forever()
+            self._mark_gone()
+        finally:
+            self.watching = False
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, watching the client; raise `_Gone` if it leaves meanwhile."""
+        with anyio.move_on_after(seconds):
+            await self.wait_disconnect()
+        if self.gone or self.closed:
+            raise _Gone
+
+    async def close(self) -> None:
+        """Close the socket: FIN first, so that unread input cannot turn it into an RST."""
+        if self.closed:
+            return
+        self.closed = True
+        self.head_scope = None
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(*_GONE_ERRORS):
+                await self.stream.send_eof()
+            await self.stream.aclose()
+        if self.gone_event is not None:
+            self.gone_event.set()
+
+    async def reset(self) -> None:
+        """Close the socket with an RST (SO_LINGER on, 0 s)."""
+        if self.closed:
+            return
+        with contextlib.suppress(OSError):
+            raw = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST_LINGER)
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            await self.stream.aclose()
+        if self.gone_event is not None:
+            self.gone_event.set()
+
+    async def _error(
+        self, status: int, message: str, code: str, type_: str = "invalid_request_error"
+    ) -> None:
+        """Answer with a JSON error envelope and mark the connection for closing."""
+        self.must_close = True
+        body = _error_body(message, type_, code)
+        head = (
+            b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, _PHRASES.get(status, b""), _date(), len(body))
+        )
+        with contextlib.suppress(_Gone):
+            await self.write(head + body)
+
+    async def _refuse_body(self, limit: int) -> None:
+        await self._error(
+            413,
+            f"Request body too large: the limit is {limit} bytes",
+            "request_too_large",
+        )
+        if self.gone or self.closed:
+            return
+        # Lingering close: stop sending, drain what the client is still uploading for a
+        # moment, so that it reads the 413 instead of a reset.
+        with contextlib.suppress(*_GONE_ERRORS):
+            await self.stream.send_eof()
+        with anyio.move_on_after(_LINGER_S):
+            while await self._recv():
+                pass
+
+
+class _Cycle:
+    """One request/response cycle: the ASGI ``receive`` and ``send`` callables."""
+
+    __slots__ = (
+        "body",
+        "body_sent",
+        "committed",
+        "complete",
+        "conn",
+        "head_sent",
+        "headers",
+        "is_head",
+        "started",
+        "status",
+    )
+
+    def __init__(self, conn: _Connection, body: bytes, is_head: bool) -> None:
+        self.conn = conn
+        self.body = body
+        self.is_head = is_head
+        self.body_sent = False
+        self.started = False
+        self.committed = False
+        self.head_sent = False
+        self.complete = False
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    async def receive(self) -> Message:
+        if not self.body_sent:
+            self.body_sent = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        if not self.complete:
+            await self.conn.wait_disconnect()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.body":
+            await self._body(message)
+        elif kind == "http.response.start":
+            if self.started:
+                raise RuntimeError("http.response.start sent twice")
+            self.started = True
+            self.status = int(message["status"])
+            self.headers = headers = list(message.get("headers", ()))
+            for name, _ in headers:
+                if name.lower() == b"content-length":
+                    # A complete body follows at once: head and body in one write.
+                    return
+            # A stream: the head goes out now, as the client may time it.
+            await self._send_head()
+        elif kind == PLAN_EXTENSION:
+            await self._plan(message["plan"], message["report"])
+        else:
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+
+    def _response(self, status: int, headers: list[tuple[bytes, bytes]]) -> h11.Response:
+        has_date = False
+        for name, _ in headers:
+            if name.lower() == b"date":
+                has_date = True
+                break
+        if not has_date:
+            headers.append((b"date", _date()))
+        if self.conn.server.shutting_down or self.conn.must_close:
+            headers.append((b"connection", b"close"))
+        return h11.Response(status_code=status, headers=headers, reason=_PHRASES.get(status, b""))
+
+    async def _send_head(self) -> None:
+        self.committed = self.head_sent = True
+        conn = self.conn
+        if conn.gone or conn.closed:
+            return
+        head = b"".join(_emit(conn.h11, self._response(self.status, self.headers)))
+        with contextlib.suppress(_Gone):
+            await conn.write(head)
+
+    async def _body(self, message: Message) -> None:
+        if not self.started:
+            raise RuntimeError("http.response.body sent before http.response.start")
+        if self.complete:
+            raise RuntimeError("http.response.body sent after the response completed")
+        more = bool(message.get("more_body", False))
+        if not more:
+            self.complete = True
+        self.committed = True
+        conn = self.conn
+        if conn.gone or conn.closed:
+            return
+        h = conn.h11
+        out: list[bytes] = []
+        if not self.head_sent:
+            self.head_sent = True
+            out += _emit(h, self._response(self.status, self.headers))
+        body = message.get("body", b"")
+        if body and not self.is_head:
+            out += _emit(h, h11.Data(data=body))
+        if not more:
+            out += _emit(h, h11.EndOfMessage())
+        if out:
+            with contextlib.suppress(_Gone):
+                await conn.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def _plan(self, plan: ResponsePlan, report: PlanReport) -> None:
+        if self.started:
+            raise RuntimeError("chaosllm.plan sent after http.response.start")
+        self.started = self.committed = True
+        try:
+            await _execute_plan(self, plan, report)
+        except _Gone:
+            report.outcome = Outcome.CLIENT_GONE
+            self.conn.must_close = True
+        except BaseException:
+            report.outcome = Outcome.ERROR
+            raise
+        else:
+            report.outcome = Outcome.COMPLETE
+        finally:
+            self.complete = True
+
+
+class _Output:
+    """Bytes waiting to be written, with the report counts they carry."""
+
+    __slots__ = ("bytes", "conn", "frames", "head", "parts", "report")
+
+    def __init__(self, conn: _Connection, report: PlanReport) -> None:
+        self.conn = conn
+        self.report = report
+        self.parts: list[bytes] = []
+        self.head = False
+        self.frames = 0
+        self.bytes = 0
+
+    async def flush(self) -> None:
+        parts = self.parts
+        if parts:
+            await self.conn.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            parts.clear()
+        report = self.report
+        if self.head:
+            report.head_sent = True
+            self.head = False
+        report.frames_sent += self.frames
+        report.bytes_sent += self.bytes
+        self.frames = self.bytes = 0
+
+
+async def _execute_plan(cycle: _Cycle, plan: ResponsePlan, report: PlanReport) -> None:
+    """Put `plan` on the socket; `_Gone` when the client leaves before the end."""
+    conn = cycle.conn
+    if conn.gone or conn.closed:
+        raise _Gone
+    if plan.head_delay_ms > 0:
+        await conn.pause(plan.head_delay_ms / 1000)
+    h = conn.h11
+    out = _Output(conn, report)
+    # raw: write piece bytes as they are (no head, or h11 refused to frame them).
+    raw = not plan.send_head
+    if plan.send_head:
+        headers = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in plan.headers
+            if name.lower() not in ("content-length", "transfer-encoding")
+        ]
+        if plan.framing is Framing.LENGTH:
+            headers.append((b"content-length", b"%d" % plan.declared_length))
+        else:
+            headers.append((b"transfer-encoding", b"chunked"))
+        if plan.close_after:
+            conn.must_close = True
+        out.parts += _emit(h, cycle._response(plan.status, headers))
+        out.head = True
+    for piece in plan.pieces:
+        if piece.delay_ms > 0:
+            await out.flush()
+            await conn.pause(piece.delay_ms / 1000)
+        data = piece.data
+        if raw:
+            out.parts.append(data)
+        elif data and not cycle.is_head:
+            try:
+                out.parts += _emit(h, h11.Data(data=data))
+            except h11.LocalProtocolError:
+                raw = True
+                out.parts.append(data)
+        out.bytes += len(data)
+        if piece.frame:
+            out.frames += 1
+    ending = plan.ending
+    if ending is Ending.COMPLETE:
+        finished = False
+        if not raw:
+            try:
+                out.parts += _emit(h, h11.EndOfMessage())
+                finished = True
+            except h11.LocalProtocolError:
+                pass
+        await out.flush()
+        if not finished:
+            # No head, or a body h11 could not frame: the connection cannot be reused.
+            await conn.close()
+        return
+    await out.flush()
+    if ending is Ending.CLOSE:
+        await conn.close()
+    elif ending is Ending.RESET:
+        await conn.reset()
+    elif ending is Ending.STALL:
+        if plan.stall_ms > 0:
+            await conn.pause(plan.stall_ms / 1000)
+        await conn.close()
