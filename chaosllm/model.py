@@ -34,12 +34,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
+    "JSON",
     "Ending",
     "Exchange",
     "Framing",
-    "JSON",
-    "Piece",
     "Outcome",
+    "Piece",
     "PlanReport",
     "RecordedChunk",
     "RecordedRequest",

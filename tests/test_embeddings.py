@@ -37,7 +37,8 @@ def test_base64_is_little_endian_float32() -> None:
                              "encoding_format": "base64"})
     raw = base64.b64decode(r["data"][0]["embedding"])
     decoded = struct.unpack("<4f", raw)
-    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(decoded, embed("m", "a", 4)))
+    expected = embed("m", "a", 4)
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(decoded, expected, strict=True))
 
 
 @pytest.mark.parametrize("body", [

@@ -85,7 +85,7 @@ def test_missing_dir_is_an_error_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_recording_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="x.json: "):
+    with pytest.raises(ValueError, match=r"x\.json: "):
         parse_exchange({"chaosllm": 1}, source="x.json", scenario="s", name="s/1")
     assert issubclass(RecordingError, ValueError)
 

@@ -67,3 +67,22 @@ class Provider(Protocol):
 
     def fallback(self, body: JSON, digest: str) -> JSON:
         """A deterministic canned answer body for `--on-miss fallback`."""
+
+    # -- what faults need: each provider says how its own protocol breaks --------
+
+    def answer_frame_count(self, plan: ResponsePlan) -> int:
+        """How many leading frames of a stream plan carry the answer, before the frames
+        that finish it (finish chunk, usage chunk, terminator)."""
+
+    def stream_error_frame(self, message: str, *, status: int) -> bytes:
+        """An error event inside a stream, in the provider's own format."""
+
+    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
+        """The provider's error envelope for an HTTP status (the body a real error carries)."""
+
+    def empty_answer(self, body: JSON) -> JSON:
+        """A well-formed answer body with no content and no tool calls."""
+
+    def break_tool_arguments(self, body: JSON) -> JSON | None:
+        """The answer with every tool call's arguments cut into invalid JSON; None when the
+        answer has no tool calls."""

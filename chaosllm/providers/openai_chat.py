@@ -20,6 +20,7 @@ recorded.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -72,6 +73,14 @@ _KIND_TYPES = {
     ErrorKind.NO_MATCH: "invalid_request_error",
     ErrorKind.SERVER_ERROR: "server_error",
 }
+
+_TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
+    ("stream", "a boolean", (bool,)),
+    ("tools", "an array", (list,)),
+    ("stream_options", "an object", (dict,)),
+    ("response_format", "an object", (dict,)),
+    ("n", "an integer", (int,)),
+)
 
 # A piece of streamed text: a word with the whitespace before it (how tokens look).
 _TEXT_PIECE = re.compile(r"\s*\S+|\s+")
@@ -192,15 +201,11 @@ class OpenAIChat:
                 _expect(isinstance(message.get("tool_call_id"), str),
                         f"Missing required parameter: 'messages[{i}].tool_call_id'.",
                         f"messages[{i}].tool_call_id", "missing_required_parameter")
-        for key, kind, check in (
-            ("stream", "a boolean", lambda v: isinstance(v, bool)),
-            ("tools", "an array", lambda v: isinstance(v, list)),
-            ("stream_options", "an object", lambda v: isinstance(v, dict)),
-            ("response_format", "an object", lambda v: isinstance(v, dict)),
-            ("n", "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-        ):
-            if key in body and body[key] is not None:
-                _expect(check(body[key]),
+        for key, kind, types in _TYPED_FIELDS:
+            value = body.get(key)
+            if value is not None:
+                _expect(isinstance(value, types) and not (bool not in types
+                                                         and isinstance(value, bool)),
                         f"Invalid type for '{key}': expected {kind}, but got "
                         f"{_type_name(body[key])} instead.", key)
 
@@ -360,6 +365,44 @@ class OpenAIChat:
         completion.setdefault("usage", None)
         return completion
 
+    # -- what faults need -------------------------------------------------------
+
+    def answer_frame_count(self, plan: ResponsePlan) -> int:
+        for i, piece in enumerate(plan.pieces):
+            if _frame_finishes(piece.data):
+                return i
+        return len(plan.pieces)
+
+    def stream_error_frame(self, message: str, *, status: int) -> bytes:
+        type_, code = error_type_for_status(status)
+        return sse_frame(error_body(message, type_, code)).encode("utf-8")
+
+    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
+        type_, default_code = error_type_for_status(status)
+        return error_body(message, type_, code or default_code)
+
+    def empty_answer(self, body: JSON) -> JSON:
+        empty = copy.deepcopy(body)
+        for choice in empty.get("choices") or []:
+            message = choice.setdefault("message", {})
+            for key in ("tool_calls", "function_call", *REASONING_KEYS):
+                message.pop(key, None)
+            message["content"] = None
+            if "refusal" in message:
+                message["refusal"] = None
+            choice["finish_reason"] = "stop"
+        return empty
+
+    def break_tool_arguments(self, body: JSON) -> JSON | None:
+        broken = copy.deepcopy(body)
+        found = False
+        for choice in broken.get("choices") or []:
+            for call in (choice.get("message") or {}).get("tool_calls") or []:
+                function = call.setdefault("function", {})
+                function["arguments"] = _cut_json(function.get("arguments") or "")
+                found = True
+        return broken if found else None
+
     # -- fallback ---------------------------------------------------------------
 
     def fallback(self, body: JSON, digest: str) -> JSON:
@@ -379,6 +422,36 @@ class OpenAIChat:
             }],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
+
+
+def _frame_finishes(data: bytes) -> bool:
+    """Whether an SSE frame finishes the answer: finish chunk, usage chunk, [DONE] or error."""
+    for payload in iter_frame_payloads([data.decode("utf-8", "replace")]):
+        if payload.strip() == "[DONE]":
+            return True
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        choices = chunk.get("choices")
+        if "error" in chunk or choices == []:
+            return True
+        if isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason")
+                                             for c in choices):
+            return True
+    return False
+
+
+def _cut_json(text: str) -> str:
+    """A prefix of `text` that is not valid JSON (what a cut-off generation looks like)."""
+    cut = text[: max(1, len(text) // 2)] if text else "{"
+    try:
+        json.loads(cut)
+    except json.JSONDecodeError:
+        return cut
+    return cut + '{"'
 
 
 def _merge_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:

@@ -1,0 +1,273 @@
+"""The `chaosllm` command. The only place that prints for people and exits."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from chaosllm import __version__
+from chaosllm.config import Mode, OnMiss, ServerConfig, parse_timing
+from chaosllm.errors import ChaosLLMError
+from chaosllm.faults import FAULT_TYPES, describe_catalogue
+from chaosllm.faults.profiles import list_profiles, load_profile
+from chaosllm.matching import DEFAULT_ORDER, Strategy
+from chaosllm.server import ServerKind, run_server
+from chaosllm.state import ChaosState
+from chaosllm.store import RecordingStore, shipped_dir
+
+__all__ = ["main"]
+
+
+def _choice(parse: type[Mode] | type[OnMiss] | type[ServerKind]) -> Callable[[str], Any]:
+    def convert(value: str) -> Any:
+        try:
+            return parse(value)
+        except ValueError:
+            valid = ", ".join(m.value for m in parse)
+            raise argparse.ArgumentTypeError(
+                f"invalid choice {value!r} (choose from {valid})") from None
+    return convert
+
+
+def _timing(value: str) -> float:
+    try:
+        return parse_timing(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _order(value: str) -> tuple[Strategy, ...]:
+    try:
+        return Strategy.parse_order(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
+    return port
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chaosllm",
+        description="A fault-injection chaos server for LLM HTTP clients.")
+    parser.add_argument("--version", action="version", version=f"chaosllm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve recordings over the providers' HTTP APIs",
+                           description="Replay recorded exchanges over the providers' HTTP "
+                                       "APIs (OpenAI Chat Completions).")
+    serve.add_argument("--recordings", action="append", type=Path, metavar="DIR",
+                       help="a recordings directory (repeatable; default: the shipped ones)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1, loopback only)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (0 picks a free one)")
+    serve.add_argument("--mode", type=_choice(Mode), default=Mode.REPLAY,
+                       help="replay (default); record, record-missing and passthrough come "
+                            "with the recording proxy")
+    serve.add_argument("--upstream", metavar="URL", help="the real provider (record modes)")
+    serve.add_argument("--on-miss", type=_choice(OnMiss), default=OnMiss.ERROR,
+                       help="error (default): an error naming the nearest recordings; "
+                            "fallback: a deterministic canned answer")
+    serve.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    serve.add_argument("--timing", type=_timing, default=0.0, metavar="fast|recorded|SCALE",
+                       help="replay streams as fast as possible (default), with their "
+                            "recorded gaps, or with the gaps scaled by SCALE")
+    serve.add_argument("--match", type=_order, default=DEFAULT_ORDER, metavar="ORDER",
+                       help="matchers in order (default exact,sequence,nearest)")
+    serve.add_argument("--nearest-threshold", type=float, default=0.9, metavar="SIM",
+                       help="least similarity (0-1) at which nearest matching serves a "
+                            "recording (default 0.9)")
+    serve.add_argument("--server", type=_choice(ServerKind), default=ServerKind.BUILTIN,
+                       help="builtin (default, exact socket-level faults) or uvicorn")
+    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
+                       help="largest request body accepted (default 16 MiB)")
+    serve.add_argument("--profile", metavar="NAME|FILE",
+                       help="arm a fault profile at start (shipped: "
+                            + ", ".join(list_profiles()) + ")")
+    serve.add_argument("--control-token", metavar="TOKEN",
+                       default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
+                       help="require this token on control calls (needed to control a server "
+                            "bound to a non-loopback address; env CHAOSLLM_CONTROL_TOKEN)")
+
+    fault = sub.add_parser("fault", help="arm, list and clear faults on a running server")
+    fault.add_argument("--url", default=os.environ.get("CHAOSLLM_URL", "http://127.0.0.1:8000"),
+                       help="the server (default $CHAOSLLM_URL or http://127.0.0.1:8000)")
+    fault.add_argument("--token", default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
+                       help="the control token, if the server has one")
+    fault_sub = fault.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
+    arm = fault_sub.add_parser("arm", help="arm one fault",
+                               description=describe_catalogue())
+    arm.formatter_class = argparse.RawDescriptionHelpFormatter
+    arm.add_argument("type", choices=list(FAULT_TYPES), metavar="TYPE")
+    arm.add_argument("--remaining", type=int)
+    arm.add_argument("--probability", type=float)
+    arm.add_argument("--after-chunks", type=int)
+    arm.add_argument("--after-bytes", type=int)
+    arm.add_argument("--status", type=int)
+    arm.add_argument("--retry-after", type=float)
+    arm.add_argument("--delay-ms", type=float)
+    arm.add_argument("--max-ms", type=float)
+    arm.add_argument("--piece-bytes", type=int)
+    arm.add_argument("--message")
+    arm.add_argument("--data")
+    arm.add_argument("--session", help="fire only on this X-Chaosllm-Session")
+    arm.add_argument("--model", help="fire only on requests for this model")
+    arm.add_argument("--path", help="fire only on this endpoint path")
+    profile = fault_sub.add_parser("profile", help="arm a fault profile")
+    profile.add_argument("name", metavar="NAME|FILE")
+    fault_sub.add_parser("list", help="armed faults and fired history")
+    clear = fault_sub.add_parser("clear", help="disarm all faults (or one by id)")
+    clear.add_argument("id", nargs="?")
+
+    ls = sub.add_parser("ls", help="list recordings")
+    ls.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                    help="recordings directories (default: the shipped ones)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+_FAULT_PARAMS = ("remaining", "probability", "after_chunks", "after_bytes", "status",
+                 "retry_after", "delay_ms", "max_ms", "piece_bytes", "message", "data")
+
+
+def _fault(args: argparse.Namespace) -> int:
+    headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
+    base = args.url.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=10.0) as client:
+            if args.fault_command == "arm":
+                spec: dict[str, object] = {"type": args.type}
+                spec.update({k: getattr(args, k) for k in _FAULT_PARAMS
+                             if getattr(args, k) is not None})
+                match = {k: getattr(args, k) for k in ("session", "model", "path")
+                         if getattr(args, k) is not None}
+                if match:
+                    spec["match"] = match
+                response = client.post("/__fault", json=spec)
+            elif args.fault_command == "profile":
+                path = Path(args.name)
+                if path.suffix == ".json" and path.is_file():
+                    response = client.post("/__profile", content=path.read_bytes())
+                else:
+                    response = client.post("/__profile", json={"profile": args.name})
+            elif args.fault_command == "list":
+                response = client.get("/__fault")
+            else:
+                response = client.delete(f"/__fault/{args.id}" if args.id else "/__fault")
+    except httpx.HTTPError as exc:
+        print(f"chaosllm: cannot reach the server at {base}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = {"raw": response.text}
+    if response.is_error:
+        message = payload.get("error", {}).get("message") if isinstance(payload, dict) else None
+        print(f"chaosllm: {response.status_code}: {message or payload}", file=sys.stderr)
+        return 1
+    if args.fault_command == "list":
+        for fault in payload["armed"]:
+            print(f"armed {fault['id']:<8} {fault['type']:<20} remaining={fault['remaining']} "
+                  + json.dumps({k: v for k, v in fault.items()
+                                if k not in ("id", "type", "remaining", "armed_at", "fired")}))
+        for fired in payload["fired"]:
+            print(f"fired {fired['id']:<8} {fired['type']:<20} request={fired['request_seq']} "
+                  f"session={fired['session']}")
+    else:
+        print(json.dumps(payload, indent=2))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if args.mode is not Mode.REPLAY:
+        print(f"chaosllm: --mode {args.mode.value} is not available in this version; "
+              f"use --mode replay", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.nearest_threshold <= 1.0:
+        print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
+        return 2
+    config = ServerConfig(
+        recordings=args.recordings or [shipped_dir("recordings")], mode=args.mode,
+        on_miss=args.on_miss, seed=args.seed, timing=args.timing, match_order=args.match,
+        nearest_threshold=args.nearest_threshold, upstream=args.upstream,
+        max_body_bytes=args.max_body_bytes, control_token=args.control_token)
+    for d in config.recordings:
+        if not Path(d).is_dir():
+            print(f"chaosllm: recordings directory {d} does not exist", file=sys.stderr)
+            return 2
+
+    if not _is_loopback(args.host) and not args.control_token:
+        print(f"chaosllm: warning: bound to {args.host} without --control-token: the control "
+              f"plane answers loopback clients only", file=sys.stderr)
+    state = ChaosState.from_config(config)
+    if args.profile:
+        profile = load_profile(args.profile)
+        state.board.arm(profile.specs)
+        print(f"chaosllm: armed profile {profile.name}: {len(profile.specs)} faults",
+              file=sys.stderr)
+
+    def listening(url: str) -> None:
+        print(f"chaosllm listening on {url}", flush=True)
+
+    run_server(config, host=args.host, port=args.port, kind=args.server, state=state,
+               on_listening=listening)
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    dirs = args.dirs or [shipped_dir("recordings")]
+    store = RecordingStore.load(dirs)
+    if args.json:
+        print(json.dumps({"recordings": store.summary(),
+                          "errors": [{"path": e.path, "problem": e.problem}
+                                     for e in store.errors]}, indent=2))
+    else:
+        for item in store.summary():
+            kind = "stream" if item["stream"] else "json"
+            print(f"{item['name']:<28} {item['model']!s:<26} {kind:<6} {item['status']}  "
+                  f"{item['digest'][:12]}  {item['description'] or ''}")
+        print(f"{len(store.exchanges)} recordings in {', '.join(map(str, dirs))}")
+        for error in store.errors:
+            print(f"error: {error}", file=sys.stderr)
+    return 1 if store.errors else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="chaosllm: %(message)s", stream=sys.stderr)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "fault":
+            return _fault(args)
+        return _ls(args)
+    except ChaosLLMError as exc:
+        print(f"chaosllm: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The fault board: armed faults, FIFO firing, atomic consumption, seeded draws.
+
+Faults fire in the order they were armed: for each provider request the
+first armed fault that matches it (path, model, session, stream), applies to
+its answer, and wins its probability draw fires and uses one of its
+`remaining`. All of that happens under one lock, so under any concurrency a
+fault with ``remaining: N`` fires exactly N times.
+
+Probability draws are deterministic: the k-th draw of the fault armed n-th
+comes from ``Random(f"{seed}:{n}:{k}")``, so the same seed and the same
+requests give the same decisions whatever else runs concurrently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosllm.faults.spec import FaultSpec
+
+__all__ = ["ArmedFault", "FaultBoard", "Fired", "RequestInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    path: str
+    model: str | None
+    session: str | None
+    stream: bool
+
+
+@dataclass(slots=True)
+class ArmedFault:
+    id: str
+    number: int
+    spec: FaultSpec
+    remaining: int
+    armed_at: float
+    fired: int = 0
+    draws: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, **self.spec.to_json(), "remaining": self.remaining,
+                "fired": self.fired, "armed_at": self.armed_at}
+
+    def matches(self, request: RequestInfo) -> bool:
+        m = self.spec.match
+        return ((m.session is None or m.session == request.session)
+                and (m.model is None or m.model == request.model)
+                and (m.path is None or m.path == request.path
+                     or m.path == request.path.removeprefix("/v1"))
+                and (m.stream is None or m.stream == request.stream))
+
+
+@dataclass(slots=True)
+class Fired:
+    """One firing: which fault, on which request (`request_seq`: its journal entry)."""
+
+    fault_id: str
+    type: str
+    spec: FaultSpec
+    session: str | None
+    path: str
+    time: float
+    request_seq: int | None = None
+    left: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.fault_id, "type": self.type, "session": self.session,
+                "path": self.path, "time": self.time, "request_seq": self.request_seq,
+                "remaining": self.left, "spec": self.spec.to_json()}
+
+
+@dataclass
+class FaultBoard:
+    seed: int = 0
+    _armed: list[ArmedFault] = field(default_factory=list)
+    _history: list[Fired] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _numbers: Any = field(default_factory=lambda: itertools.count(1))
+
+    def arm(self, specs: Sequence[FaultSpec]) -> list[ArmedFault]:
+        """Arm validated specs, in order, all at once."""
+        with self._lock:
+            now = time.time()
+            armed = []
+            for spec in specs:
+                number = next(self._numbers)
+                armed.append(ArmedFault(id=f"flt_{number}", number=number, spec=spec,
+                                        remaining=spec.remaining, armed_at=now))
+            self._armed.extend(armed)
+            return armed
+
+    def disarm(self, fault_id: str | None = None) -> int:
+        """Disarm one fault (by id) or all; how many were disarmed."""
+        with self._lock:
+            if fault_id is None:
+                count = len(self._armed)
+                self._armed.clear()
+                return count
+            before = len(self._armed)
+            self._armed = [f for f in self._armed if f.id != fault_id]
+            return before - len(self._armed)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._armed.clear()
+            self._history.clear()
+
+    def armed(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [f.to_json() for f in self._armed]
+
+    def history(self, session: str | None = None) -> list[Fired]:
+        with self._lock:
+            return [h for h in self._history if session is None or h.session == session]
+
+    def __len__(self) -> int:
+        return len(self._armed)
+
+    def take(self, request: RequestInfo,
+             applies: Callable[[FaultSpec], bool] = lambda spec: True) -> Fired | None:
+        """The fault that fires on this request, consumed; None if none does."""
+        if not self._armed:
+            return None
+        with self._lock:
+            for fault in self._armed:
+                if not fault.matches(request) or not applies(fault.spec):
+                    continue
+                if fault.spec.probability < 1.0:
+                    draw = random.Random(f"{self.seed}:{fault.number}:{fault.draws}").random()
+                    fault.draws += 1
+                    if draw >= fault.spec.probability:
+                        continue
+                fault.remaining -= 1
+                fault.fired += 1
+                if fault.remaining <= 0:
+                    self._armed.remove(fault)
+                fired = Fired(fault_id=fault.id, type=fault.spec.type, spec=fault.spec,
+                              session=request.session, path=request.path, time=time.time(),
+                              left=fault.remaining)
+                self._history.append(fired)
+                return fired
+        return None

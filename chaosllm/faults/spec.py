@@ -1,0 +1,256 @@
+"""Fault specs: the catalogue of fault types, their parameters, and validation.
+
+A spec arrives as JSON (``POST /__fault``, a profile file, ``ChaosServer.arm``)
+and is checked completely before anything is armed: an unknown type, an
+unknown or misspelt field, a parameter that the type does not take, or a value
+out of range raises `InvalidFaultSpec` whose message lists the valid types or
+that type's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from chaosllm.errors import InvalidFaultSpec
+
+__all__ = [
+    "COMMON_FIELDS",
+    "FAULT_TYPES",
+    "MATCH_FIELDS",
+    "FaultSpec",
+    "FaultType",
+    "Match",
+    "Param",
+    "describe_catalogue",
+    "parse_fault_spec",
+    "parse_fault_specs",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    kind: type
+    default: Any
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultType:
+    name: str
+    summary: str
+    params: Mapping[str, Param] = field(default_factory=dict)
+    delivers_answer: bool = False
+    """Whether the client still gets the whole answer (only slower)."""
+
+
+def _chunks(default: int) -> Param:
+    return Param(int, default, "SSE frames sent before the fault (streaming requests)", 0)
+
+
+_BYTES = Param(int, None, "body bytes sent before the fault (non-streaming requests; "
+                          "default: half the body)", 0)
+_MESSAGE = Param(str, None, "the error message (default: a realistic one)")
+_RETRY = Param(float, None, "seconds for the Retry-After header", 0, 86_400)
+
+FAULT_TYPES: Mapping[str, FaultType] = {t.name: t for t in (
+    FaultType("empty_response", "200 with a well-formed answer that has no content"),
+    FaultType("truncated_stream", "the body ends early but cleanly: no finish chunk, no [DONE]",
+              {"after_chunks": _chunks(2)}),
+    FaultType("dropped_connection", "part of the body, then the socket is closed (FIN)",
+              {"after_chunks": _chunks(2), "after_bytes": _BYTES}),
+    FaultType("error_in_200", "status 200 whose body (or a stream frame) is an error",
+              {"after_chunks": _chunks(0), "message": _MESSAGE}),
+    FaultType("http_503", "503 with the provider's error envelope",
+              {"retry_after": _RETRY, "message": _MESSAGE}),
+    FaultType("malformed_tool_args", "tool-call arguments cut into invalid JSON "
+                                     "(fires only on answers with tool calls)"),
+    FaultType("http_429", "429 rate limit with Retry-After",
+              {"retry_after": Param(float, 1.0, "seconds for the Retry-After header", 0, 86_400),
+               "message": _MESSAGE}),
+    FaultType("http_error", "any error status with the provider's matching error type",
+              {"status": Param(int, 500, "the HTTP status (400-599)", 400, 599),
+               "retry_after": _RETRY, "message": _MESSAGE}),
+    FaultType("connection_reset", "TCP RST (SO_LINGER 0) mid-response",
+              {"after_chunks": _chunks(0),
+               "after_bytes": Param(int, 0, "body bytes sent before the reset (non-streaming "
+                                             "requests; 0 resets before any byte)", 0)}),
+    FaultType("empty_reply", "the connection is closed with no bytes at all"),
+    FaultType("latency", "a delay before the response headers",
+              {"delay_ms": Param(float, 1000.0, "milliseconds before the headers", 0,
+                                 3_600_000)}, delivers_answer=True),
+    FaultType("slow_stream", "the body dribbled out with a delay before each piece",
+              {"delay_ms": Param(float, 100.0, "milliseconds before each frame or piece", 0,
+                                 600_000),
+               "piece_bytes": Param(int, 64, "bytes per piece (non-streaming requests)", 1)},
+              delivers_answer=True),
+    FaultType("stall", "headers (and after_chunks frames), then silence until the client "
+                       "gives up or max_ms passes",
+              {"after_chunks": _chunks(0),
+               "max_ms": Param(float, 30_000.0, "longest silence before the socket is closed",
+                               0, 3_600_000)}),
+    FaultType("garbage", "bytes that are not HTTP (or, mid-stream, not SSE)",
+              {"after_chunks": _chunks(0),
+               "data": Param(str, None, "the garbage to send (default: binary noise)")}),
+)}
+
+COMMON_FIELDS: Mapping[str, str] = {
+    "type": "one of the fault types",
+    "remaining": "how many requests it fires on before it is gone (integer >= 1, default 1)",
+    "probability": "chance of firing on a matching request, drawn from the seeded RNG "
+                   "(0-1, default 1)",
+    "match": "which requests it fires on: an object with path, model, session, stream",
+}
+MATCH_FIELDS = ("path", "model", "session", "stream")
+_ALIASES = {"afterChunks": "after_chunks", "afterBytes": "after_bytes",
+            "retryAfter": "retry_after", "delayMs": "delay_ms", "maxMs": "max_ms",
+            "pieceBytes": "piece_bytes"}
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    path: str | None = None
+    model: str | None = None
+    session: str | None = None
+    stream: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in MATCH_FIELDS if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    type: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    remaining: int = 1
+    probability: float = 1.0
+    match: Match = field(default_factory=Match)
+
+    def param(self, name: str) -> Any:
+        return self.params[name] if name in self.params else FAULT_TYPES[self.type] \
+            .params[name].default
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"type": self.type, "remaining": self.remaining,
+                                "probability": self.probability, **self.params}
+        if self.match.to_json():
+            data["match"] = self.match.to_json()
+        return data
+
+
+def describe_catalogue() -> str:
+    lines = ["Valid fault types and their parameters:"]
+    for t in FAULT_TYPES.values():
+        params = ", ".join(t.params) or "no parameters"
+        lines.append(f"  {t.name} ({params}): {t.summary}")
+    lines.append("Every type also takes: " + ", ".join(
+        f"{k} ({v})" for k, v in COMMON_FIELDS.items() if k != "type") + ".")
+    return "\n".join(lines)
+
+
+def _describe_type(t: FaultType) -> str:
+    if not t.params:
+        params = "no parameters of its own"
+    else:
+        params = "; ".join(f"{name}: {p.doc}" for name, p in t.params.items())
+    common = ", ".join(k for k in COMMON_FIELDS if k != "type")
+    return f"{t.name} takes {params}; and {common}."
+
+
+def _number(value: Any, name: str, param: Param, t: FaultType) -> Any:
+    ok_types: tuple[type, ...] = (int,) if param.kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_types):
+        kind = "an integer" if param.kind is int else "a number"
+        raise InvalidFaultSpec(f"{t.name}: {name} must be {kind}, got {value!r}. "
+                               + _describe_type(t))
+    number = float(cast(float, value))
+    if number != number or (param.minimum is not None and number < param.minimum) or \
+            (param.maximum is not None and number > param.maximum):
+        bounds = f">= {param.minimum:g}" if param.maximum is None else \
+            f"within {param.minimum:g}..{param.maximum:g}"
+        raise InvalidFaultSpec(f"{t.name}: {name} must be {bounds}, got {value!r}.")
+    return param.kind(value)
+
+
+def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) -> FaultSpec:
+    """A validated `FaultSpec` from JSON; `InvalidFaultSpec` lists what is valid."""
+    if not isinstance(data, dict):
+        raise InvalidFaultSpec(f"a fault spec must be a JSON object, got {type(data).__name__}. "
+                               + describe_catalogue())
+    raw = {**(defaults or {}), **data}
+    for alias, name in _ALIASES.items():
+        if alias in raw:
+            if name in raw:
+                raise InvalidFaultSpec(f"both {alias!r} and {name!r} given; use {name!r}")
+            raw[name] = raw.pop(alias)
+    type_name = raw.pop("type", None)
+    if not isinstance(type_name, str) or type_name not in FAULT_TYPES:
+        given = "missing" if type_name is None else repr(type_name)
+        raise InvalidFaultSpec(f"unknown fault type {given}. " + describe_catalogue())
+    t = FAULT_TYPES[type_name]
+
+    remaining = raw.pop("remaining", 1)
+    if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 1:
+        raise InvalidFaultSpec(f"{t.name}: remaining must be an integer >= 1, got "
+                               f"{remaining!r}.")
+    probability = raw.pop("probability", 1.0)
+    if isinstance(probability, bool) or not isinstance(probability, (int, float)) \
+            or not 0.0 <= probability <= 1.0:
+        raise InvalidFaultSpec(f"{t.name}: probability must be a number within 0..1, got "
+                               f"{probability!r}.")
+    match = _parse_match(raw.pop("match", None), t)
+    raw.pop("id", None)  # echoed back by GET /__fault; ignored when re-armed
+
+    params: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in t.params:
+            raise InvalidFaultSpec(f"{t.name} has no parameter {name!r}. " + _describe_type(t))
+        param = t.params[name]
+        if value is None:
+            continue
+        if param.kind is str:
+            if not isinstance(value, str):
+                raise InvalidFaultSpec(f"{t.name}: {name} must be a string, got {value!r}.")
+            params[name] = value
+        else:
+            params[name] = _number(value, name, param, t)
+    return FaultSpec(type=t.name, params=params, remaining=remaining,
+                     probability=float(probability), match=match)
+
+
+def _parse_match(value: Any, t: FaultType) -> Match:
+    if value is None:
+        return Match()
+    if not isinstance(value, dict):
+        raise InvalidFaultSpec(f"{t.name}: match must be an object with any of "
+                               f"{', '.join(MATCH_FIELDS)}, got {value!r}.")
+    unknown = set(value) - set(MATCH_FIELDS)
+    if unknown:
+        raise InvalidFaultSpec(f"{t.name}: match has no field {sorted(unknown)[0]!r}; valid "
+                               f"fields: {', '.join(MATCH_FIELDS)}.")
+    for key in ("path", "model", "session"):
+        if value.get(key) is not None and not isinstance(value[key], str):
+            raise InvalidFaultSpec(f"{t.name}: match.{key} must be a string.")
+    if value.get("stream") is not None and not isinstance(value["stream"], bool):
+        raise InvalidFaultSpec(f"{t.name}: match.stream must be true or false.")
+    return Match(**{k: value.get(k) for k in MATCH_FIELDS})
+
+
+def parse_fault_specs(data: Any) -> list[FaultSpec]:
+    """One spec (an object) or several in order (an array); all valid or none."""
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise InvalidFaultSpec("an empty array arms nothing; send a fault spec object or a "
+                               "non-empty array of them")
+    specs = []
+    for i, item in enumerate(items):
+        try:
+            specs.append(parse_fault_spec(item))
+        except InvalidFaultSpec as exc:
+            if isinstance(data, list):
+                raise InvalidFaultSpec(f"fault [{i}]: {exc}") from None
+            raise
+    return specs

@@ -1,0 +1,71 @@
+"""The journal: one entry per provider request, for tests and people to inspect."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosllm.model import PlanReport
+
+__all__ = ["Journal", "JournalEntry"]
+
+
+@dataclass
+class JournalEntry:
+    seq: int
+    time: float
+    session: str | None
+    method: str
+    path: str
+    model: str | None
+    stream: bool
+    digest: str | None
+    status: int
+    recording: str | None = None
+    match: str | None = None
+    score: float | None = None
+    miss: bool = False
+    error: str | None = None
+    fault: dict[str, Any] | None = None
+    report: PlanReport = field(default_factory=PlanReport)
+
+    def to_json(self) -> dict[str, Any]:
+        outcome = self.report.outcome
+        return {
+            "seq": self.seq, "time": self.time, "session": self.session,
+            "method": self.method, "path": self.path, "model": self.model,
+            "stream": self.stream, "digest": self.digest, "status": self.status,
+            "recording": self.recording, "match": self.match, "score": self.score,
+            "miss": self.miss, "error": self.error, "fault": self.fault,
+            "frames_sent": self.report.frames_sent, "bytes_sent": self.report.bytes_sent,
+            "outcome": outcome.value if outcome is not None else "pending",
+            "degraded": self.report.degraded,
+        }
+
+
+class Journal:
+    """A bounded, thread-safe list of entries with increasing sequence numbers."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self._entries: deque[JournalEntry] = deque(maxlen=maxlen)
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def add(self, **fields: Any) -> JournalEntry:
+        with self._lock:
+            entry = JournalEntry(seq=next(self._counter), time=time.time(), **fields)
+            self._entries.append(entry)
+            return entry
+
+    def entries(self, session: str | None = None) -> list[JournalEntry]:
+        with self._lock:
+            return [e for e in self._entries if session is None or e.session == session]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._counter = itertools.count(1)

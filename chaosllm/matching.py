@@ -1,0 +1,238 @@
+"""Which recording answers a request.
+
+Matchers run in a configurable order (default ``exact,sequence,nearest``):
+
+- **exact**: the request digest, O(1). Several recordings with one digest
+  (an agent loop asking the same thing twice) are served in file order, one
+  per request, per session; the last one repeats.
+- **sequence**: the next exchange of the active scenario not yet served to
+  this session (`POST /__scenario`), whatever the request says.
+- **nearest**: the most similar recording of the same provider over
+  normalised text (ids, timestamps, absolute paths, ports normalised away),
+  served when its similarity reaches the threshold.
+
+A miss raises `NoMatch` whose message names the digest and the nearest
+recordings with how they differ. Per-session state (cursors, used exchanges,
+active scenario) lives here; sessions are the ``X-Chaosllm-Session`` header.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from chaosllm.diff import json_differences
+from chaosllm.errors import NoMatch, UnknownScenario
+from chaosllm.model import JSON, Exchange
+from chaosllm.nearest import NearestIndex
+from chaosllm.normalize import normalize_text
+from chaosllm.providers import PROVIDERS, Provider
+from chaosllm.store import RecordingStore
+
+__all__ = ["DEFAULT_ORDER", "Match", "Matcher", "Strategy"]
+
+
+class Strategy(str, enum.Enum):
+    EXACT = "exact"
+    SEQUENCE = "sequence"
+    NEAREST = "nearest"
+
+    @classmethod
+    def parse_order(cls, text: str) -> tuple[Strategy, ...]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        valid = ", ".join(s.value for s in cls)
+        if not names:
+            raise ValueError(f"empty match order; use a comma-separated list of: {valid}")
+        order = []
+        for name in names:
+            try:
+                order.append(cls(name))
+            except ValueError:
+                raise ValueError(f"unknown matcher {name!r}; valid matchers: {valid}") from None
+        if len(set(order)) != len(order):
+            raise ValueError(f"matcher listed twice in {text!r}")
+        return tuple(order)
+
+
+DEFAULT_ORDER = (Strategy.EXACT, Strategy.SEQUENCE, Strategy.NEAREST)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    exchange: Exchange
+    strategy: Strategy
+    score: float = 1.0
+
+
+@dataclass
+class _Session:
+    scenario: str | None = None
+    used: set[str] = field(default_factory=set)
+    cursors: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class Matcher:
+    def __init__(self, store: RecordingStore, *, order: Sequence[Strategy] = DEFAULT_ORDER,
+                 nearest_threshold: float = 0.9, candidates: int = 3) -> None:
+        if not 0.0 <= nearest_threshold <= 1.0:
+            raise ValueError("nearest_threshold must be within [0, 1]")
+        self.store = store
+        self.order = tuple(order)
+        self.nearest_threshold = nearest_threshold
+        self.candidates = candidates
+        self._lock = threading.Lock()
+        self._sessions: dict[str | None, _Session] = {}
+        self._index: NearestIndex | None = None
+        self._keys_by_provider: dict[str, frozenset[int]] = {}
+        self._default_scenario: str | None = None
+
+    # -- state ------------------------------------------------------------------
+
+    def _session(self, session: str | None) -> _Session:
+        state = self._sessions.get(session)
+        if state is None:
+            state = self._sessions[session] = _Session(scenario=self._default_scenario)
+        return state
+
+    def set_scenario(self, scenario: str | None, session: str | None = None) -> None:
+        """Select the active scenario (None clears it) and rewind that session's sequence."""
+        if scenario is not None and scenario not in self.store.by_scenario:
+            known = ", ".join(sorted(self.store.by_scenario)) or "(none loaded)"
+            raise UnknownScenario(f"unknown scenario {scenario!r}; loaded scenarios: {known}")
+        with self._lock:
+            if session is None:
+                self._default_scenario = scenario
+                self._sessions.clear()
+            state = self._session(session)
+            state.scenario = scenario
+            state.used.clear()
+            state.cursors.clear()
+
+    def active_scenario(self, session: str | None = None) -> str | None:
+        with self._lock:
+            return self._session(session).scenario
+
+    def reset(self) -> None:
+        """Rewind every sequence and cursor (the active default scenario is kept)."""
+        with self._lock:
+            self._sessions.clear()
+
+    def reloaded(self) -> None:
+        """Forget state that refers to the previous contents of the store."""
+        with self._lock:
+            self._sessions.clear()
+            self._index = None
+            if self._default_scenario not in self.store.by_scenario:
+                self._default_scenario = None
+
+    # -- matching ---------------------------------------------------------------
+
+    def match(self, provider: Provider, body: JSON, digest: str,
+              session: str | None = None, *, consume: bool = True) -> Match:
+        """The recording that answers `body`. With ``consume=False`` nothing advances
+        until `consume(match, session)`: a request whose answer a fault destroys leaves
+        the sequence where it was, so the client's retry gets the same exchange."""
+        with self._lock:
+            state = self._session(session)
+            for strategy in self.order:
+                found = self._try(strategy, provider, body, digest, state)
+                if found is not None:
+                    if consume:
+                        self._consume(found, state)
+                    return found
+        raise NoMatch(digest, self.explain_miss(provider, body, digest))
+
+    def consume(self, match: Match, session: str | None = None) -> None:
+        with self._lock:
+            self._consume(match, self._session(session))
+
+    @staticmethod
+    def _consume(match: Match, state: _Session) -> None:
+        state.used.add(match.exchange.name)
+        if match.strategy is Strategy.EXACT:
+            key = (match.exchange.provider, match.exchange.digest)
+            state.cursors[key] = state.cursors.get(key, 0) + 1
+
+    def _try(self, strategy: Strategy, provider: Provider, body: JSON, digest: str,
+             state: _Session) -> Match | None:
+        if strategy is Strategy.EXACT:
+            candidates = self.store.by_digest.get((provider.name, digest))
+            if not candidates:
+                return None
+            if state.scenario is not None:
+                in_scenario = [e for e in candidates if e.scenario == state.scenario]
+                candidates = in_scenario or candidates
+            position = state.cursors.get((provider.name, digest), 0)
+            return Match(candidates[min(position, len(candidates) - 1)], Strategy.EXACT)
+        if strategy is Strategy.SEQUENCE:
+            if state.scenario is None:
+                return None
+            for exchange in self.store.by_scenario.get(state.scenario, ()):
+                if exchange.provider == provider.name and exchange.name not in state.used:
+                    return Match(exchange, Strategy.SEQUENCE)
+            return None
+        hits = self._nearest(provider, body, 1)
+        if hits and hits[0][1] >= self.nearest_threshold:
+            return Match(hits[0][0], Strategy.NEAREST, hits[0][1])
+        return None
+
+    def _nearest(self, provider: Provider, body: JSON, k: int) -> list[tuple[Exchange, float]]:
+        index = self._ensure_index()
+        keys = self._keys_by_provider.get(provider.name)
+        if not keys:
+            return []
+        text = normalize_text(provider.match_text(body))
+        return [(self.store.exchanges[key], score)
+                for key, score in index.query(text, k=k, keys=keys)]
+
+    def _ensure_index(self) -> NearestIndex:
+        if self._index is None:
+            index = NearestIndex()
+            keys: dict[str, set[int]] = {}
+            for key, exchange in enumerate(self.store.exchanges):
+                provider = PROVIDERS[exchange.provider]
+                index.add(key, normalize_text(provider.match_text(exchange.request.body)))
+                keys.setdefault(exchange.provider, set()).add(key)
+            self._keys_by_provider = {p: frozenset(k) for p, k in keys.items()}
+            self._index = index
+        return self._index
+
+    def warm(self) -> None:
+        """Build the nearest index now rather than on the first request that needs it."""
+        with self._lock:
+            self._ensure_index()
+
+    def explain_miss(self, provider: Provider, body: JSON, digest: str) -> str:
+        model = body.get("model") if isinstance(body, dict) else None
+        lines = [f"No recording matches this request (digest {digest}, provider "
+                 f"{provider.name}, model {model!r}; matchers tried: "
+                 f"{', '.join(s.value for s in self.order)})."]
+        nearest = self._nearest(provider, body, self.candidates)
+        if nearest:
+            lines.append("Nearest recordings (what differs: recorded != requested):")
+            canonical = provider.canonical(body)
+            for exchange, score in nearest:
+                diffs = _differences(provider.canonical(exchange.request.body), canonical)
+                lines.append(f"  {exchange.name} (similarity {score:.2f}, "
+                             f"{exchange.source or 'in memory'}): "
+                             + ("; ".join(diffs) if diffs else "differs only in volatile values"))
+        else:
+            lines.append("No recordings of this provider are loaded.")
+        lines.append("Record it with --mode record-missing, serve a canned answer with "
+                     "--on-miss fallback, or see what is loaded with `chaosllm ls`.")
+        return "\n".join(lines)
+
+
+def _differences(recorded: JSON, requested: JSON) -> list[str]:
+    """Where two canonical requests differ; when their conversations have different
+    lengths, their last messages are compared first (index-by-index is then noise)."""
+    lines: list[str] = []
+    if isinstance(recorded, dict) and isinstance(requested, dict):
+        a, b = recorded.get("messages"), requested.get("messages")
+        if isinstance(a, list) and isinstance(b, list) and a and b and len(a) != len(b):
+            lines = [f"last message.{line}" if not line.startswith("$") else
+                     "last message" + line[1:]
+                     for line in json_differences(a[-1], b[-1], limit=2)]
+    return lines + json_differences(recorded, requested, limit=4 - len(lines))

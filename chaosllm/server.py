@@ -1,0 +1,324 @@
+"""Run the app: in the foreground (the CLI) or in a background thread (`ChaosServer`).
+
+Two servers host the same Starlette app: chaosllm's own (``builtin``, h11 +
+anyio, executes every plan exactly, socket-level faults included) and
+``uvicorn`` (socket-level endings degrade to the nearest thing ASGI can do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import socket
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from starlette.applications import Starlette
+
+from chaosllm.app import create_app
+from chaosllm.config import Mode, OnMiss, ServerConfig, parse_timing
+from chaosllm.errors import ServerError
+from chaosllm.faults import parse_fault_specs
+from chaosllm.faults.profiles import load_profile
+from chaosllm.matching import DEFAULT_ORDER, Strategy
+from chaosllm.state import ChaosState
+from chaosllm.store import shipped_dir
+from chaosllm.wire import WireServer
+
+__all__ = ["ChaosServer", "ServerKind", "run_server"]
+
+log = logging.getLogger("chaosllm")
+
+
+class ServerKind(str, enum.Enum):
+    BUILTIN = "builtin"
+    UVICORN = "uvicorn"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+async def _serve_builtin(app: Starlette, host: str, port: int, config: ServerConfig,
+                         ready: Any, stop: anyio.Event) -> None:
+    server = WireServer(app, host=host, port=port, max_body_bytes=config.max_body_bytes)
+    async with anyio.create_task_group() as tg:
+        bound = await tg.start(server.serve)
+        ready(bound)
+        await stop.wait()
+        server.request_shutdown()
+
+
+def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
+    try:
+        import uvicorn
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ServerError("--server uvicorn needs uvicorn: pip install 'chaosllm[uvicorn]'") \
+            from exc
+    loop = "uvloop" if _has("uvloop") else "asyncio"
+    http = "httptools" if _has("httptools") else "h11"
+    uv_config = uvicorn.Config(app, loop=loop, http=http, log_level="warning",
+                               access_log=False, lifespan="off",
+                               h11_max_incomplete_event_size=config.max_body_bytes)
+    return uvicorn.Server(uv_config)
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def run_server(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000,
+               kind: ServerKind = ServerKind.BUILTIN, state: ChaosState | None = None,
+               on_listening: Any = None) -> None:
+    """Serve in the foreground until interrupted. `on_listening(url)` is called once bound."""
+    app = create_app(config, state=state)
+    if kind is ServerKind.UVICORN:
+        sock = _bind(host, port)
+        server = _uvicorn_server(app, config)
+        if on_listening is not None:
+            on_listening(_url(host, sock.getsockname()[1]))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+        return
+
+    async def main() -> None:
+        stop = anyio.Event()
+
+        def ready(bound: tuple[str, int]) -> None:
+            if on_listening is not None:
+                on_listening(_url(bound[0], bound[1]))
+
+        try:
+            await _serve_builtin(app, host, port, config, ready, stop)
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main)
+
+
+class ChaosServer:
+    """A chaosllm server in a background thread, for tests and scripts.
+
+    >>> with ChaosServer() as server:                     # doctest: +SKIP
+    ...     client = openai.OpenAI(base_url=server.base_url, api_key="test")
+    """
+
+    def __init__(
+        self,
+        recordings: str | Path | Sequence[str | Path] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        server: str | ServerKind = ServerKind.BUILTIN,
+        on_miss: str | OnMiss = OnMiss.ERROR,
+        seed: int = 0,
+        timing: str | float = "fast",
+        match: str | Sequence[Strategy] = DEFAULT_ORDER,
+        nearest_threshold: float = 0.9,
+        mode: str | Mode = Mode.REPLAY,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        profile: str | None = None,
+    ) -> None:
+        if recordings is None:
+            dirs = [shipped_dir("recordings")]
+        elif isinstance(recordings, (str, Path)):
+            dirs = [Path(recordings)]
+        else:
+            dirs = [Path(d) for d in recordings]
+        mode = Mode.parse(mode) if isinstance(mode, str) else mode
+        if mode is not Mode.REPLAY:
+            raise ServerError(f"mode {mode.value!r} is not available yet; this version "
+                              f"replays recordings (--mode replay)")
+        self.config = ServerConfig(
+            recordings=dirs, mode=mode,
+            on_miss=OnMiss.parse(on_miss) if isinstance(on_miss, str) else on_miss,
+            seed=seed, timing=parse_timing(timing),
+            match_order=Strategy.parse_order(match) if isinstance(match, str) else tuple(match),
+            nearest_threshold=nearest_threshold, max_body_bytes=max_body_bytes)
+        self.kind = ServerKind(server)
+        self.host = host
+        self._requested_port = port
+        self.state = ChaosState.from_config(self.config)
+        if profile is not None:
+            self.state.board.arm(load_profile(profile).specs)
+        self.app = create_app(state=self.state)
+        self.port: int | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: anyio.Event | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._uvicorn: Any = None
+        self._error: BaseException | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> ChaosServer:
+        if self._thread is not None:
+            raise ServerError("this ChaosServer is already started")
+        started = threading.Event()
+        if self.kind is ServerKind.UVICORN:
+            sock = _bind(self.host, self._requested_port)
+            self.port = sock.getsockname()[1]
+            self._uvicorn = _uvicorn_server(self.app, self.config)
+
+            def run_uvicorn() -> None:
+                try:
+                    self._uvicorn.run(sockets=[sock])
+                except BaseException as exc:  # reported by start()/stop()
+                    self._error = exc
+                finally:
+                    sock.close()
+                    started.set()
+
+            self._thread = threading.Thread(target=run_uvicorn, name="chaosllm-uvicorn",
+                                            daemon=True)
+            self._thread.start()
+            self._wait_uvicorn(timeout)
+            return self
+
+        def run_builtin() -> None:
+            async def main() -> None:
+                self._stop = anyio.Event()
+                self._token = anyio.lowlevel.current_token()
+
+                def ready(bound: tuple[str, int]) -> None:
+                    self.port = bound[1]
+                    started.set()
+
+                await _serve_builtin(self.app, self.host, self._requested_port, self.config,
+                                     ready, self._stop)
+
+            try:
+                anyio.run(main)
+            except BaseException as exc:  # reported by start()/stop()
+                self._error = exc
+            finally:
+                started.set()
+
+        self._thread = threading.Thread(target=run_builtin, name="chaosllm-server", daemon=True)
+        self._thread.start()
+        if not started.wait(timeout):
+            raise ServerError(f"the server did not start within {timeout} s")
+        if self._error is not None or self.port is None:
+            self._thread.join(timeout)
+            self._thread = None
+            raise ServerError(f"the server failed to start: {self._error!r}") from self._error
+        return self
+
+    def _wait_uvicorn(self, timeout: float) -> None:
+        # The socket is already listening, so requests queue until uvicorn accepts them;
+        # waiting for `started` only makes failures surface here rather than later.
+        done = threading.Event()
+        deadline = timeout
+        while not done.wait(0.01):
+            deadline -= 0.01
+            if self._uvicorn.started or self._error is not None or deadline <= 0:
+                break
+        if self._error is not None:
+            raise ServerError(f"uvicorn failed to start: {self._error!r}") from self._error
+        if not self._uvicorn.started:
+            raise ServerError(f"uvicorn did not start within {timeout} s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        if self.kind is ServerKind.UVICORN:
+            self._uvicorn.should_exit = True
+        elif self._stop is not None and self._token is not None:
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(self._stop.set, token=self._token)
+        thread.join(timeout)
+        self._thread = None
+        if thread.is_alive():
+            raise ServerError(f"the server did not stop within {timeout} s")
+
+    def __enter__(self) -> ChaosServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- addresses --------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise ServerError("the server is not started")
+        return _url(self.host, self.port)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``): ``openai.OpenAI(base_url=server.base_url)``."""
+        return self.url + "/v1"
+
+    # -- control ----------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Disarm every fault, clear the journal and fault history, rewind sequences."""
+        self.state.reset()
+
+    def reload(self) -> None:
+        self.state.reload()
+
+    def use_scenario(self, scenario: str | None, session: str | None = None) -> None:
+        self.state.matcher.set_scenario(scenario, session)
+
+    def requests(self, session: str | None = None) -> list[dict[str, Any]]:
+        """The journal: one dict per provider request (see `GET /__requests`)."""
+        return [e.to_json() for e in self.state.journal.entries(session)]
+
+    def arm(self, spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+            /, **params: Any) -> list[str]:
+        """Arm faults; their ids. ``arm("http_503", remaining=2)``, ``arm({"type": ...})``
+        or ``arm([{...}, {...}])``. Raises `InvalidFaultSpec` and arms nothing if any
+        spec is bad."""
+        if isinstance(spec, str):
+            data: Any = {"type": spec, **params}
+        elif spec is None:
+            data = dict(params)
+        else:
+            if params:
+                raise TypeError("give either a spec or keyword parameters, not both")
+            data = list(spec) if not isinstance(spec, Mapping) else dict(spec)
+        return [f.id for f in self.state.board.arm(parse_fault_specs(data))]
+
+    def arm_profile(self, name_or_path: str) -> list[str]:
+        return [f.id for f in self.state.board.arm(load_profile(name_or_path).specs)]
+
+    def disarm(self, fault_id: str | None = None) -> int:
+        """Disarm one fault by id, or all of them; how many were disarmed."""
+        return self.state.board.disarm(fault_id)
+
+    def faults(self) -> dict[str, Any]:
+        """Armed faults and the history of fired ones (see `GET /__fault`)."""
+        return {"armed": self.state.board.armed(),
+                "fired": [f.to_json() for f in self.state.board.history()]}
