@@ -257,7 +257,11 @@ def _ls(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="chaosllm: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("chaosllm: %(message)s"))
+    logger = logging.getLogger("chaosllm")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     try:
         if args.command == "serve":
             return _serve(args)
