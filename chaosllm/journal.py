@@ -61,9 +61,17 @@ class Journal:
             self._entries.append(entry)
             return entry
 
-    def entries(self, session: str | None = None) -> list[JournalEntry]:
+    def entries(self, session: str | None = None, *, settle: float = 0.0) -> list[JournalEntry]:
+        """The entries (of one session); with `settle`, first wait up to that many seconds
+        for requests still being answered to finish."""
         with self._lock:
-            return [e for e in self._entries if session is None or e.session == session]
+            found = [e for e in self._entries if session is None or e.session == session]
+        if settle > 0:
+            deadline = time.monotonic() + settle
+            for entry in found:
+                if not entry.report.wait(max(0.0, deadline - time.monotonic())):
+                    break
+        return found
 
     def clear(self) -> None:
         with self._lock:

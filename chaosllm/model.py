@@ -29,6 +29,7 @@ is an empty reply.
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -164,13 +165,53 @@ class Outcome(str, enum.Enum):
     """The server failed while executing the plan."""
 
 
-@dataclass(slots=True)
 class PlanReport:
-    """What the wire layer did with a plan: filled in as it executes it."""
+    """What the wire layer did with a plan: filled in as it executes it.
 
-    frames_sent: int = 0
-    bytes_sent: int = 0
-    head_sent: bool = False
-    outcome: Outcome | None = None
-    degraded: str | None = None
-    """Set when the server could not do exactly what the plan says (not chaosllm's own server)."""
+    Setting `outcome` marks the report settled (`wait` returns): a client can
+    read a whole answer a moment before the server knows it finished writing it.
+    """
+
+    __slots__ = ("_outcome", "_settled", "bytes_sent", "degraded", "frames_sent",
+                 "head_sent")
+
+    def __init__(self, *, frames_sent: int = 0, bytes_sent: int = 0, head_sent: bool = False,
+                 outcome: Outcome | None = None, degraded: str | None = None) -> None:
+        self.frames_sent = frames_sent
+        self.bytes_sent = bytes_sent
+        self.head_sent = head_sent
+        self.degraded = degraded
+        """Set when the server could not do exactly what the plan says."""
+        self._settled = threading.Event()
+        self._outcome: Outcome | None = None
+        self.outcome = outcome
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.frames_sent, self.bytes_sent, self.head_sent, self._outcome,
+                self.degraded)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PlanReport):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self._outcome
+
+    @outcome.setter
+    def outcome(self, value: Outcome | None) -> None:
+        self._outcome = value
+        if value is not None:
+            self._settled.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the outcome is known; whether it is."""
+        return self._settled.wait(timeout)
+
+    def __repr__(self) -> str:
+        return (f"PlanReport(frames_sent={self.frames_sent}, bytes_sent={self.bytes_sent}, "
+                f"head_sent={self.head_sent}, outcome={self._outcome}, "
+                f"degraded={self.degraded!r})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import signal
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,7 @@ from chaosllm.faults.profiles import load_profile
 from chaosllm.matching import DEFAULT_ORDER, Strategy
 from chaosllm.state import ChaosState
 from chaosllm.store import shipped_dir
-from chaosllm.wire import WireServer
+from chaosllm.wire import PlanAborted, WireServer
 
 __all__ = ["ChaosServer", "ServerKind", "run_server"]
 
@@ -70,6 +71,22 @@ async def _serve_builtin(app: Starlette, host: str, port: int, config: ServerCon
         server.request_shutdown()
 
 
+UVICORN_DEGRADED = (
+    "under --server uvicorn socket-level faults degrade to what ASGI allows: "
+    "connection_reset closes (FIN) instead of resetting (RST); empty_reply, and garbage on "
+    "non-streaming requests, become a 500 from uvicorn; dropped_connection, stall and "
+    "garbage mid-stream end the response by aborting it. Use --server builtin for exact "
+    "faults.")
+
+
+class _HidePlanAborts(logging.Filter):
+    """uvicorn logs a traceback for every aborted response; an abort that executes a
+    fault is intended, so it is not an application error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], PlanAborted))
+
+
 def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
     try:
         import uvicorn
@@ -81,6 +98,10 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
     uv_config = uvicorn.Config(app, loop=loop, http=http, log_level="warning",
                                access_log=False, lifespan="off",
                                h11_max_incomplete_event_size=config.max_body_bytes)
+    error_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _HidePlanAborts) for f in error_log.filters):
+        error_log.addFilter(_HidePlanAborts())
+    log.warning(UVICORN_DEGRADED)
     return uvicorn.Server(uv_config)
 
 
@@ -115,8 +136,18 @@ def run_server(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 800
             if on_listening is not None:
                 on_listening(_url(bound[0], bound[1]))
 
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("received %s: shutting down", signal.Signals(signum).name)
+                    stop.set()
+                    return
+
         try:
-            await _serve_builtin(app, host, port, config, ready, stop)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_on_signal)
+                await _serve_builtin(app, host, port, config, ready, stop)
+                tg.cancel_scope.cancel()
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
@@ -292,9 +323,11 @@ class ChaosServer:
     def use_scenario(self, scenario: str | None, session: str | None = None) -> None:
         self.state.matcher.set_scenario(scenario, session)
 
-    def requests(self, session: str | None = None) -> list[dict[str, Any]]:
-        """The journal: one dict per provider request (see `GET /__requests`)."""
-        return [e.to_json() for e in self.state.journal.entries(session)]
+    def requests(self, session: str | None = None, *, settle: float = 2.0) -> list[dict[str, Any]]:
+        """The journal: one dict per provider request (see `GET /__requests`). Waits up to
+        `settle` seconds for requests still being answered, so that their outcome and
+        frame counts are final."""
+        return [e.to_json() for e in self.state.journal.entries(session, settle=settle)]
 
     def arm(self, spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
             /, **params: Any) -> list[str]:
