@@ -9,7 +9,9 @@ Matchers run in a configurable order (default ``exact,sequence,nearest``):
   this session (`POST /__scenario`), whatever the request says.
 - **nearest**: the most similar recording of the same provider over
   normalised text (ids, timestamps, absolute paths, ports normalised away),
-  served when its similarity reaches the threshold.
+  served when its similarity reaches the threshold. The score is the lower of
+  the whole conversation's similarity and the latest turn's, so a long shared
+  system prompt cannot make a different question look like a recorded one.
 
 A miss raises `NoMatch` whose message names the digest and the nearest
 recordings with how they differ. Per-session state (cursors, used exchanges,
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from chaosllm.diff import json_differences
 from chaosllm.errors import NoMatch, UnknownScenario
 from chaosllm.model import JSON, Exchange
-from chaosllm.nearest import NearestIndex
+from chaosllm.nearest import NearestIndex, similarity
 from chaosllm.normalize import normalize_text
 from chaosllm.providers import PROVIDERS, Provider
 from chaosllm.store import RecordingStore
@@ -179,13 +181,21 @@ class Matcher:
         return None
 
     def _nearest(self, provider: Provider, body: JSON, k: int) -> list[tuple[Exchange, float]]:
+        """The k best recordings by min(similarity of the whole conversation, similarity
+        of the latest turn): both must be near-identical for a high score."""
         index = self._ensure_index()
         keys = self._keys_by_provider.get(provider.name)
         if not keys:
             return []
         text = normalize_text(provider.match_text(body))
-        return [(self.store.exchanges[key], score)
-                for key, score in index.query(text, k=k, keys=keys)]
+        turn = normalize_text(provider.turn_text(body))
+        scored = []
+        for key, whole in index.query(text, k=max(4 * k, 12), keys=keys):
+            exchange = self.store.exchanges[key]
+            recorded_turn = normalize_text(provider.turn_text(exchange.request.body))
+            scored.append((exchange, min(whole, similarity(turn, recorded_turn))))
+        scored.sort(key=lambda item: -item[1])
+        return scored[:k]
 
     def _ensure_index(self) -> NearestIndex:
         if self._index is None:

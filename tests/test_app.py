@@ -204,3 +204,23 @@ async def test_control_plane_refuses_remote_clients_without_token() -> None:
         assert ok.status_code == 200
         ok = await c.get("/__fault", headers={"x-chaosllm-token": "s3cret"})
         assert ok.status_code == 200
+
+
+async def test_nearest_never_serves_a_different_question_behind_a_long_prompt(
+        tmp_path: Path) -> None:
+    rec = recording("knowledge/0001")
+    long_prompt = " ".join(f"Rule {i}: answer precisely and cite nothing." for i in range(40))
+    rec["request"]["body"]["messages"][0]["content"] = long_prompt
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "0001.json").write_text(json.dumps(rec))
+    body = json.loads(json.dumps(rec["request"]["body"]))
+    body["messages"][1]["content"] = "What is the capital of Peru?"
+    async with make_client(recordings=[tmp_path]) as c:
+        r = await c.post(CHAT, json=body)
+        assert r.status_code == 404
+        assert "s/0001" in r.json()["error"]["message"]
+        # ...while a change in a volatile value of the same question still matches
+        body["messages"][1]["content"] = "What is the capital of France?"
+        body["messages"][0]["content"] = long_prompt + " Session 2026-11-30T10:00:00Z."
+        r = await c.post(CHAT, json=body)
+        assert r.status_code == 200 and r.headers["x-chaosllm-match"] == "nearest"

@@ -51,6 +51,11 @@ class Provider(Protocol):
     def match_text(self, body: JSON) -> str:
         """The text nearest matching compares (before normalisation)."""
 
+    def turn_text(self, body: JSON) -> str:
+        """The latest turn of the conversation (what the answer replies to): nearest
+        matching requires it to be near-identical too, so that a long shared prefix
+        cannot make a different question look the same."""
+
     def wants_stream(self, body: JSON) -> bool: ...
 
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:

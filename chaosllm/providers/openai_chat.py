@@ -228,6 +228,10 @@ class OpenAIChat:
     def match_text(self, body: JSON) -> str:
         return canonical_json(self.canonical(body))
 
+    def turn_text(self, body: JSON) -> str:
+        messages = self.canonical(body)["messages"]
+        return canonical_json(messages[-1] if messages else None)
+
     def wants_stream(self, body: JSON) -> bool:
         return bool(isinstance(body, dict) and body.get("stream") is True)
 
