@@ -112,8 +112,8 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse:
             faulted = apply_fault(fired.spec, plan, ctx)
             assert faulted is not None
             plan = faulted
-            journal["fault"] = {"id": fired.fault_id, "type": fired.type,
-                                **fired.spec.to_json()}
+            journal["fault"] = {**fired.spec.to_json(), "id": fired.fault_id,
+                                "params": fired.spec.effective_params()}
     if match is not None and (fired is None or FAULT_TYPES[fired.type].delivers_answer):
         state.matcher.consume(match, session)
     entry = state.journal.add(**journal, status=plan.status)

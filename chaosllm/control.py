@@ -8,10 +8,12 @@ token is set, every control call must carry it.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 from typing import Any
 
+import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -19,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chaosllm.errors import InvalidFaultSpec, InvalidRequest, UnknownScenario
 from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs
-from chaosllm.faults.profiles import list_profiles, load_profile, parse_profile
+from chaosllm.faults.profiles import Profile, list_profiles, load_profile, parse_profile
 from chaosllm.web import SESSION_HEADER, chaos_state, json_body, openai_error
 
 __all__ = ["ControlGuard", "control_routes"]
@@ -140,12 +142,25 @@ async def disarm_fault(request: Request) -> Response:
     return JSONResponse({"disarmed": 1})
 
 
+def _shipped_profile(name: str) -> Profile:
+    """A shipped profile by name. Over HTTP the server reads no file the caller names (a
+    path would let any control client read the server's JSON files); a profile of one's
+    own is sent inline, as `chaosllm fault profile FILE` does."""
+    shipped = list_profiles()
+    if name not in shipped:
+        raise InvalidFaultSpec(
+            f"unknown profile {name!r}; shipped profiles: {', '.join(shipped) or '(none)'}; "
+            'or send a profile of your own inline: {"description": ..., '
+            '"faults": [fault spec, ...]}')
+    return load_profile(name)
+
+
 async def arm_profile(request: Request) -> Response:
     state = chaos_state(request)
     try:
         body = await json_body(request)
         if isinstance(body, dict) and isinstance(body.get("profile"), str):
-            profile = load_profile(body["profile"])
+            profile = _shipped_profile(body["profile"])
         elif isinstance(body, dict) and "faults" in body:
             profile = parse_profile(body, "(request)")
         else:
@@ -163,12 +178,22 @@ async def arm_profile(request: Request) -> Response:
 
 
 async def journal(request: Request) -> Response:
+    """``?session=`` filters (and, with DELETE, clears only that session);
+    ``?settle=SECONDS`` first waits that long at most for answers still being written."""
     state = chaos_state(request)
-    if request.method == "DELETE":
-        state.journal.clear()
-        return JSONResponse({"cleared": True})
     session = request.query_params.get("session")
-    return JSONResponse({"requests": [e.to_json() for e in state.journal.entries(session)]})
+    if request.method == "DELETE":
+        return JSONResponse({"cleared": state.journal.clear(session)})
+    try:
+        settle = min(float(request.query_params.get("settle", "0")), 30.0)
+    except ValueError:
+        return openai_error(400, "settle must be a number of seconds", param="settle")
+    if settle > 0:
+        entries = await anyio.to_thread.run_sync(
+            functools.partial(state.journal.entries, session, settle=settle))
+    else:
+        entries = state.journal.entries(session)
+    return JSONResponse({"requests": [e.to_json() for e in entries]})
 
 
 async def list_recordings(request: Request) -> Response:
@@ -176,7 +201,7 @@ async def list_recordings(request: Request) -> Response:
     return JSONResponse({
         "dirs": [str(d) for d in store.dirs],
         "recordings": store.summary(),
-        "errors": [{"path": e.path, "problem": e.problem} for e in store.errors],
+        "errors": store.error_summary(),
     })
 
 
@@ -185,7 +210,7 @@ async def reload(request: Request) -> Response:
     state.reload()
     return JSONResponse({
         "recordings": len(state.store.exchanges),
-        "errors": [{"path": e.path, "problem": e.problem} for e in state.store.errors],
+        "errors": state.store.error_summary(),
     })
 
 

@@ -18,6 +18,7 @@ __all__ = ["Journal", "JournalEntry"]
 class JournalEntry:
     seq: int
     time: float
+    monotonic: float
     session: str | None
     method: str
     path: str
@@ -36,7 +37,8 @@ class JournalEntry:
     def to_json(self) -> dict[str, Any]:
         outcome = self.report.outcome
         return {
-            "seq": self.seq, "time": self.time, "session": self.session,
+            "seq": self.seq, "time": self.time, "monotonic": self.monotonic,
+            "session": self.session,
             "method": self.method, "path": self.path, "model": self.model,
             "stream": self.stream, "digest": self.digest, "status": self.status,
             "recording": self.recording, "match": self.match, "score": self.score,
@@ -57,7 +59,8 @@ class Journal:
 
     def add(self, **fields: Any) -> JournalEntry:
         with self._lock:
-            entry = JournalEntry(seq=next(self._counter), time=time.time(), **fields)
+            entry = JournalEntry(seq=next(self._counter), time=time.time(),
+                                 monotonic=time.monotonic(), **fields)
             self._entries.append(entry)
             return entry
 
@@ -73,7 +76,14 @@ class Journal:
                     break
         return found
 
-    def clear(self) -> None:
+    def clear(self, session: str | None = None) -> int:
+        """Forget every entry (numbering restarts), or only one session's; how many."""
         with self._lock:
-            self._entries.clear()
-            self._counter = itertools.count(1)
+            before = len(self._entries)
+            if session is None:
+                self._entries.clear()
+                self._counter = itertools.count(1)
+            else:
+                kept = [e for e in self._entries if e.session != session]
+                self._entries = deque(kept, maxlen=self._entries.maxlen)
+            return before - len(self._entries)

@@ -230,6 +230,9 @@ class RecordingStore:
                 found.add(model)
         return sorted(found)
 
+    def error_summary(self) -> list[dict[str, str]]:
+        return [{"path": e.path, "problem": e.problem} for e in self.errors]
+
     def summary(self) -> list[Mapping[str, Any]]:
         return [
             {"name": e.name, "scenario": e.scenario, "provider": e.provider, "digest": e.digest,

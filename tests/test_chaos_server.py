@@ -43,8 +43,8 @@ def test_arm_forms_and_validation() -> None:
 
 def test_requests_journal_and_reset() -> None:
     with ChaosServer() as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
-        client.chat.completions.create(**request_body("simple-chat/0001", stream=False))
+        with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
+            client.chat.completions.create(**request_body("simple-chat/0001", stream=False))
         [entry] = server.requests()
         assert entry["recording"] == "simple-chat/0001" and entry["match"] == "exact"
         assert entry["status"] == 200 and entry["outcome"] == "complete"
@@ -62,18 +62,19 @@ def test_profile_argument_and_invalid_mode() -> None:
 
 def test_uvicorn_server_replays_and_degrades_socket_faults(
         caplog: pytest.LogCaptureFixture) -> None:
-    with ChaosServer(server="uvicorn") as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0,
-                               timeout=5)
+    with ChaosServer(server="uvicorn") as server, \
+            openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0,
+                          timeout=5) as client:
         completion = client.chat.completions.create(
             **request_body("simple-chat/0001", stream=False))
         assert completion.model_dump(exclude_unset=True)["id"] == \
             recording("simple-chat/0001")["response"]["body"]["id"]
         server.arm("connection_reset", after_chunks=2)
         with caplog.at_level(logging.WARNING, logger="chaosllm.wire"), \
-                pytest.raises(openai.APIConnectionError):
-            list(client.chat.completions.create(**request_body("long-answer/0001",
-                                                               stream=True)))
+                pytest.raises(openai.APIConnectionError), \
+                client.chat.completions.create(**request_body("long-answer/0001",
+                                                              stream=True)) as stream:
+            list(stream)
         entry = server.requests()[-1]
         assert entry["fault"]["type"] == "connection_reset"
         assert entry["degraded"]

@@ -4,6 +4,7 @@ comes back as the SDK objects it encodes, sync and async, JSON and stream."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -19,9 +20,11 @@ from tests.conftest import all_recordings, recording, request_body
 NAMES = all_recordings()
 
 
-def sync_client(server: ChaosServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
-                         timeout=10)
+@pytest.fixture
+def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
+                       timeout=10) as client:
+        yield client
 
 
 def expected_completion(name: str) -> ChatCompletion:
@@ -63,16 +66,15 @@ def expected_stream(name: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_sync_json(server: ChaosServer, name: str) -> None:
-    completion = sync_client(server).chat.completions.create(
-        **request_body(name, stream=False))
+def test_sync_json(sdk: openai.OpenAI, name: str) -> None:
+    completion = sdk.chat.completions.create(**request_body(name, stream=False))
     assert completion == expected_completion(name)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_sync_stream(server: ChaosServer, name: str) -> None:
-    stream = sync_client(server).chat.completions.create(**request_body(name, stream=True))
-    chunks = list(stream)
+def test_sync_stream(sdk: openai.OpenAI, name: str) -> None:
+    with sdk.chat.completions.create(**request_body(name, stream=True)) as stream:
+        chunks = list(stream)
     got = accumulate(chunks)
     want = expected_stream(name)
     assert got["text"] == want["text"] and got["reasoning"] == want["reasoning"]
@@ -111,8 +113,8 @@ def test_async_json_and_stream(shared_server: ChaosServer, name: str) -> None:
     anyio.run(main)
 
 
-def test_parallel_tool_calls_as_sdk_objects(server: ChaosServer) -> None:
-    completion = sync_client(server).chat.completions.create(
+def test_parallel_tool_calls_as_sdk_objects(sdk: openai.OpenAI) -> None:
+    completion = sdk.chat.completions.create(
         **request_body("parallel-tools/0001", stream=False))
     calls = completion.choices[0].message.tool_calls
     assert calls is not None and len(calls) == 2
@@ -131,8 +133,8 @@ def test_recorded_frames_replay_byte_identical_on_the_wire(server: ChaosServer) 
     assert received == "".join(c["data"] for c in rec["response"]["chunks"]).encode()
 
 
-def test_embeddings_and_models_through_the_sdk(server: ChaosServer) -> None:
-    client = sync_client(server)
+def test_embeddings_and_models_through_the_sdk(sdk: openai.OpenAI) -> None:
+    client = sdk
     result = client.embeddings.create(model="text-embedding-3-small", input=["a", "b"],
                                       dimensions=32)
     assert [len(d.embedding) for d in result.data] == [32, 32]
@@ -141,9 +143,9 @@ def test_embeddings_and_models_through_the_sdk(server: ChaosServer) -> None:
     assert "gpt-4o-mini" in [m.id for m in client.models.list()]
 
 
-def test_miss_is_a_not_found_error_naming_the_nearest(server: ChaosServer) -> None:
+def test_miss_is_a_not_found_error_naming_the_nearest(sdk: openai.OpenAI) -> None:
     body = request_body("knowledge/0002", stream=False)
     body["messages"][-1]["content"] = "What is the capital of Kenya?"
     with pytest.raises(openai.NotFoundError) as info:
-        sync_client(server).chat.completions.create(**body)
+        sdk.chat.completions.create(**body)
     assert "knowledge/0002" in info.value.message

@@ -6,9 +6,11 @@ its answer, and wins its probability draw fires and uses one of its
 `remaining`. All of that happens under one lock, so under any concurrency a
 fault with ``remaining: N`` fires exactly N times.
 
-Probability draws are deterministic: the k-th draw of the fault armed n-th
-comes from ``Random(f"{seed}:{n}:{k}")``, so the same seed and the same
-requests give the same decisions whatever else runs concurrently.
+Probability draws are deterministic: the k-th draw of the n-th fault armed for
+a session (``match.session``; faults without one count together) since the last
+reset comes from ``Random(f"{seed}:{session!r}:{n}:{k}")``, so the same seed and
+the same requests give the same decisions whatever other sessions arm or run
+concurrently, and again after a reset (a shared server reset between tests).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class ArmedFault:
     armed_at: float
     fired: int = 0
     draws: int = 0
+    draw_key: str = ""
+    """Seeds this fault's draws: its session and its rank among that session's faults."""
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, **self.spec.to_json(), "remaining": self.remaining,
@@ -83,6 +87,7 @@ class FaultBoard:
     _history: list[Fired] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _numbers: Any = field(default_factory=lambda: itertools.count(1))
+    _ranks: dict[str | None, Any] = field(default_factory=dict)
 
     def arm(self, specs: Sequence[FaultSpec]) -> list[ArmedFault]:
         """Arm validated specs, in order, all at once."""
@@ -91,8 +96,11 @@ class FaultBoard:
             armed = []
             for spec in specs:
                 number = next(self._numbers)
+                session = spec.match.session
+                rank = next(self._ranks.setdefault(session, itertools.count(1)))
                 armed.append(ArmedFault(id=f"flt_{number}", number=number, spec=spec,
-                                        remaining=spec.remaining, armed_at=now))
+                                        remaining=spec.remaining, armed_at=now,
+                                        draw_key=f"{session!r}:{rank}"))
             self._armed.extend(armed)
             return armed
 
@@ -108,9 +116,12 @@ class FaultBoard:
             return before - len(self._armed)
 
     def reset(self) -> None:
+        """Disarm all and forget the history; the draws start again as on a fresh board
+        (fault ids keep counting, so an old id never names a new fault)."""
         with self._lock:
             self._armed.clear()
             self._history.clear()
+            self._ranks.clear()
 
     def armed(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -133,7 +144,7 @@ class FaultBoard:
                 if not fault.matches(request) or not applies(fault.spec):
                     continue
                 if fault.spec.probability < 1.0:
-                    draw = random.Random(f"{self.seed}:{fault.number}:{fault.draws}").random()
+                    draw = random.Random(f"{self.seed}:{fault.draw_key}:{fault.draws}").random()
                     fault.draws += 1
                     if draw >= fault.spec.probability:
                         continue

@@ -133,6 +133,10 @@ class FaultSpec:
         return self.params[name] if name in self.params else FAULT_TYPES[self.type] \
             .params[name].default
 
+    def effective_params(self) -> dict[str, Any]:
+        """Every parameter of the type, defaults filled in (None: not applicable)."""
+        return {name: self.param(name) for name in FAULT_TYPES[self.type].params}
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"type": self.type, "remaining": self.remaining,
                                 "probability": self.probability, **self.params}
@@ -171,7 +175,8 @@ def _number(value: Any, name: str, param: Param, t: FaultType) -> Any:
             (param.maximum is not None and number > param.maximum):
         bounds = f">= {param.minimum:g}" if param.maximum is None else \
             f"within {param.minimum:g}..{param.maximum:g}"
-        raise InvalidFaultSpec(f"{t.name}: {name} must be {bounds}, got {value!r}.")
+        raise InvalidFaultSpec(f"{t.name}: {name} must be {bounds}, got {value!r}. "
+                               + _describe_type(t))
     return param.kind(value)
 
 
@@ -195,12 +200,12 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
     remaining = raw.pop("remaining", 1)
     if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 1:
         raise InvalidFaultSpec(f"{t.name}: remaining must be an integer >= 1, got "
-                               f"{remaining!r}.")
+                               f"{remaining!r}. " + _describe_type(t))
     probability = raw.pop("probability", 1.0)
     if isinstance(probability, bool) or not isinstance(probability, (int, float)) \
             or not 0.0 <= probability <= 1.0:
         raise InvalidFaultSpec(f"{t.name}: probability must be a number within 0..1, got "
-                               f"{probability!r}.")
+                               f"{probability!r}. " + _describe_type(t))
     match = _parse_match(raw.pop("match", None), t)
     raw.pop("id", None)  # echoed back by GET /__fault; ignored when re-armed
 
@@ -213,7 +218,8 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
             continue
         if param.kind is str:
             if not isinstance(value, str):
-                raise InvalidFaultSpec(f"{t.name}: {name} must be a string, got {value!r}.")
+                raise InvalidFaultSpec(f"{t.name}: {name} must be a string, got {value!r}. "
+                                       + _describe_type(t))
             params[name] = value
         else:
             params[name] = _number(value, name, param, t)

@@ -15,6 +15,7 @@ clamped to the number of answer frames.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,12 +57,14 @@ def _error_plan(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext, status: 
     body = ctx.provider.error_answer(_message(spec, status), status=status)
     headers: list[tuple[str, str]] = [("content-type", "application/json")]
     if retry_after is not None:
-        headers.append(("retry-after", f"{retry_after:g}" if retry_after == int(retry_after)
-                        else str(max(1, round(retry_after)))))
+        # Retry-After is whole seconds: round up, so a client that honours it never
+        # comes back before `retry_after` has passed (round() took 2.5 to "2").
+        headers.append(("retry-after", str(math.ceil(retry_after))))
         headers.append(("retry-after-ms", str(int(retry_after * 1000))))
     if status == 429:
         headers += [("x-ratelimit-remaining-requests", "0"),
-                    ("x-ratelimit-reset-requests", f"{retry_after or 1:g}s")]
+                    ("x-ratelimit-reset-requests",
+                     f"{1.0 if retry_after is None else retry_after:g}s")]
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     return ResponsePlan(status=status, headers=tuple(headers), pieces=(Piece(data, frame=False),))
 

@@ -59,7 +59,7 @@ _STATUS_ERROR_TYPES: Mapping[int, tuple[str, str | None]] = {
     409: ("invalid_request_error", "conflict"),
     413: ("invalid_request_error", "request_too_large"),
     422: ("invalid_request_error", None),
-    429: ("rate_limit_exceeded", "rate_limit_exceeded"),
+    429: ("requests", "rate_limit_exceeded"),
     500: ("server_error", None),
     502: ("server_error", "bad_gateway"),
     503: ("server_error", "service_unavailable"),
@@ -395,6 +395,10 @@ class OpenAIChat:
             if "refusal" in message:
                 message["refusal"] = None
             choice["finish_reason"] = "stop"
+        usage = empty.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            usage.update(completion_tokens=0, total_tokens=usage["prompt_tokens"])
+            usage.pop("completion_tokens_details", None)
         return empty
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
