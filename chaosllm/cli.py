@@ -20,6 +20,7 @@ from chaosllm.errors import ChaosLLMError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.profiles import list_profiles, load_profile
 from chaosllm.matching import DEFAULT_ORDER, Strategy
+from chaosllm.probe import BaselineFailed, ProbeRun, Verdict, probe, render_html, render_matrix
 from chaosllm.server import ServerKind, run_server
 from chaosllm.state import ChaosState
 from chaosllm.store import RecordingStore, shipped_dir
@@ -142,6 +143,26 @@ def _parser() -> argparse.ArgumentParser:
     clear = fault_sub.add_parser("clear", help="disarm all faults (or one by id)")
     clear.add_argument("id", nargs="?")
 
+    probe = sub.add_parser(
+        "probe", help="run a client program once per fault: a resilience matrix",
+        description="Run CMD once without faults, then once per fault (on its first JSON "
+                    "request and on its first streaming request), each against a fresh "
+                    "server with OPENAI_BASE_URL set, and classify each run: recovered, "
+                    "failed cleanly, hung, wrong answer, not fired.")
+    probe.add_argument("--types", metavar="T1,T2", help="fault types (default: all)")
+    probe.add_argument("--profile", metavar="NAME|FILE", help="the faults of a profile")
+    probe.add_argument("--variants", default="json,stream", metavar="json,stream")
+    probe.add_argument("--timeout", type=float, default=20.0,
+                       help="seconds before a run counts as hung (default 20)")
+    probe.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
+    probe.add_argument("--recordings", action="append", type=Path, metavar="DIR")
+    probe.add_argument("--seed", type=int, default=0)
+    probe.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
+    probe.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
+    probe.add_argument("--strict", action="store_true",
+                       help="exit 1 if any run hung or gave a wrong answer")
+    probe.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
+
     ls = sub.add_parser("ls", help="list recordings")
     ls.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
                     help="recordings directories (default: the shipped ones)")
@@ -201,6 +222,48 @@ def _fault(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(args: argparse.Namespace) -> int:
+    command = list(args.program)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("chaosllm: probe needs a command: chaosllm probe -- python my_client.py",
+              file=sys.stderr)
+        return 2
+    faults = None
+    if args.types:
+        names = [t.strip() for t in args.types.split(",") if t.strip()]
+        unknown = [n for n in names if n not in FAULT_TYPES]
+        if unknown:
+            print(f"chaosllm: unknown fault type {unknown[0]!r}; valid: "
+                  f"{', '.join(FAULT_TYPES)}", file=sys.stderr)
+            return 2
+        faults = [{"type": n} for n in names]
+        if "stall" in names:
+            faults[names.index("stall")]["max_ms"] = args.timeout * 2000
+
+    def progress(run: ProbeRun) -> None:
+        verdict = run.verdict.value if run.verdict else ""
+        print(f"  {run.label:<20} {run.variant:<6} {verdict:<15} "
+              f"({run.attempts} requests, {run.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    try:
+        report = probe(command, faults=faults, profile=args.profile,
+                       variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+                       timeout=args.timeout, jobs=args.jobs, recordings=args.recordings,
+                       seed=args.seed, progress=progress)
+    except (BaselineFailed, ValueError) as exc:
+        print(f"chaosllm: {exc}", file=sys.stderr)
+        return 1
+    print(render_matrix(report))
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    if args.html:
+        args.html.write_text(render_html(report), encoding="utf-8")
+    bad = {Verdict.HUNG, Verdict.WRONG_ANSWER}
+    return 1 if args.strict and any(r.verdict in bad for r in report.runs) else 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     if args.mode is not Mode.REPLAY:
         print(f"chaosllm: --mode {args.mode.value} is not available in this version; "
@@ -242,8 +305,7 @@ def _ls(args: argparse.Namespace) -> int:
     store = RecordingStore.load(dirs)
     if args.json:
         print(json.dumps({"recordings": store.summary(),
-                          "errors": [{"path": e.path, "problem": e.problem}
-                                     for e in store.errors]}, indent=2))
+                          "errors": store.error_summary()}, indent=2))
     else:
         for item in store.summary():
             kind = "stream" if item["stream"] else "json"
@@ -267,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "fault":
             return _fault(args)
+        if args.command == "probe":
+            return _probe(args)
         return _ls(args)
     except ChaosLLMError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)

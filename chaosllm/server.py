@@ -342,6 +342,8 @@ class ChaosServer:
             if params:
                 raise TypeError("give either a spec or keyword parameters, not both")
             data = list(spec) if not isinstance(spec, Mapping) else dict(spec)
+        if data == []:
+            return []
         return [f.id for f in self.state.board.arm(parse_fault_specs(data))]
 
     def arm_profile(self, name_or_path: str) -> list[str]:

@@ -13,6 +13,8 @@ import pytest
 from chaosllm import ChaosServer
 from chaosllm.store import shipped_dir
 
+pytest_plugins = ["pytester"]
+
 RECORDINGS = shipped_dir("recordings")
 
 

@@ -1,0 +1,84 @@
+"""`chaosllm probe` on the two example clients gives the matrices the README shows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaosllm.probe import BaselineFailed, Verdict, probe
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+NAIVE = {
+    "empty_response": {"json": "wrong answer", "stream": "wrong answer"},
+    "truncated_stream": {"json": "failed cleanly", "stream": "wrong answer"},
+    "dropped_connection": {"json": "recovered", "stream": "failed cleanly"},
+    "error_in_200": {"json": "failed cleanly", "stream": "failed cleanly"},
+    "http_503": {"json": "recovered", "stream": "recovered"},
+    "malformed_tool_args": {"json": "failed cleanly", "stream": "not fired"},
+    "http_429": {"json": "recovered", "stream": "recovered"},
+    "http_error": {"json": "recovered", "stream": "recovered"},
+    "connection_reset": {"json": "recovered", "stream": "failed cleanly"},
+    "empty_reply": {"json": "recovered", "stream": "recovered"},
+    "latency": {"json": "recovered", "stream": "recovered"},
+    "slow_stream": {"json": "recovered", "stream": "recovered"},
+    "stall": {"json": "recovered", "stream": "failed cleanly"},
+    "garbage": {"json": "recovered", "stream": "failed cleanly"},
+}
+RESILIENT = {name: {"json": "recovered", "stream": "recovered"} for name in NAIVE}
+RESILIENT["malformed_tool_args"] = {"json": "recovered", "stream": "not fired"}
+
+
+@pytest.mark.timeout(240)
+def test_naive_sdk_client_matrix() -> None:
+    report = probe([sys.executable, str(EXAMPLES / "naive_client.py")], timeout=15, jobs=3)
+    assert report.matrix() == NAIVE
+    wrong = [r for r in report.runs if r.verdict is Verdict.WRONG_ANSWER]
+    assert any("weather: None" in r.stdout for r in wrong)  # an empty answer, accepted
+
+
+@pytest.mark.timeout(240)
+def test_resilient_client_matrix_and_reports(tmp_path: Path) -> None:
+    json_path, html_path = tmp_path / "probe.json", tmp_path / "probe.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "chaosllm", "probe", "--timeout", "15", "--jobs", "3",
+         "--json", str(json_path), "--html", str(html_path), "--strict", "--",
+         sys.executable, str(EXAMPLES / "resilient_client.py")],
+        capture_output=True, text=True, timeout=230)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "27 recovered, 1 not fired" in result.stdout
+    report = json.loads(json_path.read_text())
+    matrix = {(r["fault"]["type"], r["variant"]): r["verdict"] for r in report["runs"]}
+    assert matrix == {(f, v): verdict for f, row in RESILIENT.items()
+                      for v, verdict in row.items()}
+    page = html_path.read_text()
+    assert page.startswith("<!doctype html>") and "recovered" in page
+    assert "http://" not in page.split("<script")[0] or "src=" not in page
+
+
+def test_a_program_that_fails_without_faults_is_reported(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("import sys; sys.exit('no luck')\n")
+    with pytest.raises(BaselineFailed, match="no luck"):
+        probe([sys.executable, str(script)], faults=[{"type": "http_503"}], timeout=10)
+
+
+def test_a_hanging_program_is_killed_and_reported(tmp_path: Path) -> None:
+    script = tmp_path / "hangs.py"
+    script.write_text(
+        "import os, sys, httpx\n"
+        "url = os.environ['OPENAI_BASE_URL'] + '/chat/completions'\n"
+        "body = {'model': 'gpt-4o-mini', 'messages': ["
+        "{'role': 'system', 'content': 'You are a helpful assistant.'},"
+        "{'role': 'user', 'content': 'What is the capital of France?'}]}\n"
+        "print(httpx.post(url, json=body, timeout=None).json()['choices'][0]['message']"
+        "['content'])\n")
+    report = probe([sys.executable, str(script)], faults=[{"type": "stall", "max_ms": 60000}],
+                   variants=["json"], timeout=3)
+    assert report.matrix() == {"stall": {"json": "hung"}}
