@@ -96,6 +96,9 @@ class Exchange:
     """The file it was loaded from, if any."""
     stored_digest: str | None = None
     """The digest written in the file, if any (a stale one is reported by doctor)."""
+    cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Renderings of this (immutable) exchange, kept by its provider: serialising the
+    same answer on every request was the largest cost of a replay."""
 
 
 class Framing(enum.Enum):
@@ -170,10 +173,12 @@ class PlanReport:
 
     Setting `outcome` marks the report settled (`wait` returns): a client can
     read a whole answer a moment before the server knows it finished writing it.
+    The event behind `wait` is made only when someone waits (most never do).
     """
 
     __slots__ = ("_outcome", "_settled", "bytes_sent", "degraded", "frames_sent",
                  "head_sent")
+    _lock = threading.Lock()
 
     def __init__(self, *, frames_sent: int = 0, bytes_sent: int = 0, head_sent: bool = False,
                  outcome: Outcome | None = None, degraded: str | None = None) -> None:
@@ -182,9 +187,30 @@ class PlanReport:
         self.head_sent = head_sent
         self.degraded = degraded
         """Set when the server could not do exactly what the plan says."""
-        self._settled = threading.Event()
-        self._outcome: Outcome | None = None
-        self.outcome = outcome
+        self._settled: threading.Event | None = None
+        self._outcome = outcome
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self._outcome
+
+    @outcome.setter
+    def outcome(self, value: Outcome | None) -> None:
+        with PlanReport._lock:
+            self._outcome = value
+            settled = self._settled
+        if value is not None and settled is not None:
+            settled.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the outcome is known; whether it is."""
+        with PlanReport._lock:
+            if self._outcome is not None:
+                return True
+            if self._settled is None:
+                self._settled = threading.Event()
+            settled = self._settled
+        return settled.wait(timeout)
 
     def _fields(self) -> tuple[object, ...]:
         return (self.frames_sent, self.bytes_sent, self.head_sent, self._outcome,
@@ -196,20 +222,6 @@ class PlanReport:
         return self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]
-
-    @property
-    def outcome(self) -> Outcome | None:
-        return self._outcome
-
-    @outcome.setter
-    def outcome(self, value: Outcome | None) -> None:
-        self._outcome = value
-        if value is not None:
-            self._settled.set()
-
-    def wait(self, timeout: float) -> bool:
-        """Wait until the outcome is known; whether it is."""
-        return self._settled.wait(timeout)
 
     def __repr__(self) -> str:
         return (f"PlanReport(frames_sent={self.frames_sent}, bytes_sent={self.bytes_sent}, "

@@ -45,7 +45,9 @@ class ServerKind(str, enum.Enum):
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY only on accepted sockets whose proto is
+    # IPPROTO_TCP, and without it every response waited ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

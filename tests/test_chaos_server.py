@@ -79,3 +79,17 @@ def test_uvicorn_server_replays_and_degrades_socket_faults(
         assert entry["fault"]["type"] == "connection_reset"
         assert entry["degraded"]
         assert any("degraded" in r.getMessage() for r in caplog.records)
+
+
+def test_prebound_sockets_say_tcp_so_asyncio_sets_nodelay() -> None:
+    """asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP; without it,
+    uvicorn on the asyncio loop answered every request ~40 ms late (delayed ACK)."""
+    import socket
+
+    from chaosllm.server import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

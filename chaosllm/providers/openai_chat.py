@@ -243,25 +243,36 @@ class OpenAIChat:
     # -- responses --------------------------------------------------------------
 
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
+        stream = self.wants_stream(body)
+        response = exchange.response
+        is_answer = response.status < 400 and isinstance(response.body, dict) \
+            and "choices" in response.body
+        if not is_answer or not stream:
+            # A JSON answer (or a recorded error answer, whatever was asked).
+            key: tuple[Any, ...] = ("json",)
+        elif response.chunks is not None:
+            key = ("chunks", timing)
+        else:
+            key = ("sse", self.include_usage(body))
+        plan = exchange.cache.get(key)
+        if plan is None:
+            plan = exchange.cache[key] = self._render(exchange, key, timing)
+        return plan
+
+    def _render(self, exchange: Exchange, key: tuple[Any, ...], timing: float) -> ResponsePlan:
         response = exchange.response
         headers = tuple(response.headers)
-        if response.status >= 400 or not isinstance(response.body, dict) \
-                or "choices" not in response.body:
-            # A recorded error answer: the provider's envelope, same status, whatever was asked.
+        if key[0] == "json":
             data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
             return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
                                 pieces=(Piece(data, frame=False),))
-        if not self.wants_stream(body):
-            data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
-                                pieces=(Piece(data, frame=False),))
-        if response.chunks is not None:
+        if key[0] == "chunks":
+            assert response.chunks is not None
             pieces = tuple(Piece(c.data.encode("utf-8"), c.delay_ms * timing)
                            for c in response.chunks)
         else:
             pieces = tuple(Piece(f.encode("utf-8"))
-                           for f in self.stream_frames(response.body,
-                                                       include_usage=self.include_usage(body)))
+                           for f in self.stream_frames(response.body, include_usage=key[1]))
         return ResponsePlan(status=response.status, headers=SSE_HEADERS + headers,
                             pieces=pieces, framing=Framing.CHUNKED)
 
@@ -368,6 +379,21 @@ class OpenAIChat:
         completion["choices"] = result_choices
         completion.setdefault("usage", None)
         return completion
+
+    def stream_complete(self, frames: Sequence[str]) -> bool:
+        last = None
+        for data in iter_frame_payloads(frames):
+            last = data
+        if last is None:
+            return False
+        if last.strip() == "[DONE]":
+            return True
+        try:
+            chunk = json.loads(last)
+        except json.JSONDecodeError:
+            return False
+        # The API ends a stream that fails with an error event (and no [DONE]).
+        return isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk
 
     # -- what faults need -------------------------------------------------------
 
