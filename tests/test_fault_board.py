@@ -106,3 +106,19 @@ def test_remaining_n_fires_exactly_n_times_under_threads(n: int, threads: int) -
     for t in pool:
         t.join(timeout=10)
     assert len(fired) == min(n, threads * 10)
+
+
+def test_fifo_across_session_and_model_buckets() -> None:
+    board = FaultBoard()
+    arm(board, type="latency", match={"session": "s", "model": "m"})
+    arm(board, type="http_503")
+    arm(board, type="http_429", match={"model": "m"})
+    arm(board, type="stall", match={"session": "s"})
+    for _ in range(50):  # faults of other sessions and models are never candidates
+        arm(board, type="garbage", remaining=100, match={"session": "elsewhere"})
+        arm(board, type="garbage", remaining=100, match={"model": "other"})
+    request = RequestInfo("/v1/chat/completions", "m", "s", False)
+    fired = [board.take(request) for _ in range(5)]
+    assert [f.type if f else None for f in fired] == ["latency", "http_503", "http_429",
+                                                      "stall", None]
+    assert board.disarm("flt_2") == 0 and len(board) == 100

@@ -88,6 +88,30 @@ class FaultBoard:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _numbers: Any = field(default_factory=lambda: itertools.count(1))
     _ranks: dict[str | None, Any] = field(default_factory=dict)
+    _buckets: dict[tuple[str | None, str | None], list[ArmedFault]] = \
+        field(default_factory=dict)
+    """The armed faults by (match.session, match.model): a request only looks at the
+    (up to four) buckets that can match it, so faults armed for other sessions or
+    models cost it nothing."""
+
+    @staticmethod
+    def _key(fault: ArmedFault) -> tuple[str | None, str | None]:
+        return (fault.spec.match.session, fault.spec.match.model)
+
+    def _rebucket(self) -> None:
+        buckets: dict[tuple[str | None, str | None], list[ArmedFault]] = {}
+        for fault in self._armed:
+            buckets.setdefault(self._key(fault), []).append(fault)
+        self._buckets = buckets
+
+    def _candidates(self, request: RequestInfo) -> list[ArmedFault]:
+        """The armed faults whose session and model fit the request, in FIFO order."""
+        keys = {(None, None), (None, request.model), (request.session, None),
+                (request.session, request.model)}
+        lists = [self._buckets[k] for k in keys if k in self._buckets]
+        if len(lists) == 1:
+            return lists[0]
+        return sorted((f for bucket in lists for f in bucket), key=lambda f: f.number)
 
     def arm(self, specs: Sequence[FaultSpec]) -> list[ArmedFault]:
         """Arm validated specs, in order, all at once."""
@@ -102,6 +126,8 @@ class FaultBoard:
                                         remaining=spec.remaining, armed_at=now,
                                         draw_key=f"{session!r}:{rank}"))
             self._armed.extend(armed)
+            for fault in armed:
+                self._buckets.setdefault(self._key(fault), []).append(fault)
             return armed
 
     def disarm(self, fault_id: str | None = None) -> int:
@@ -110,9 +136,11 @@ class FaultBoard:
             if fault_id is None:
                 count = len(self._armed)
                 self._armed.clear()
+                self._buckets.clear()
                 return count
             before = len(self._armed)
             self._armed = [f for f in self._armed if f.id != fault_id]
+            self._rebucket()
             return before - len(self._armed)
 
     def reset(self) -> None:
@@ -120,6 +148,7 @@ class FaultBoard:
         (fault ids keep counting, so an old id never names a new fault)."""
         with self._lock:
             self._armed.clear()
+            self._buckets.clear()
             self._history.clear()
             self._ranks.clear()
 
@@ -134,13 +163,22 @@ class FaultBoard:
     def __len__(self) -> int:
         return len(self._armed)
 
+    def may_fire(self, request: RequestInfo) -> bool:
+        """Whether an armed fault matches the request (before its probability draw and
+        whether it applies to the answer): a proxy then reads the answer whole, so that
+        the fault can transform it."""
+        if not self._armed:
+            return False
+        with self._lock:
+            return any(fault.matches(request) for fault in self._candidates(request))
+
     def take(self, request: RequestInfo,
              applies: Callable[[FaultSpec], bool] = lambda spec: True) -> Fired | None:
         """The fault that fires on this request, consumed; None if none does."""
         if not self._armed:
             return None
         with self._lock:
-            for fault in self._armed:
+            for fault in self._candidates(request):
                 if not fault.matches(request) or not applies(fault.spec):
                     continue
                 if fault.spec.probability < 1.0:
@@ -152,6 +190,7 @@ class FaultBoard:
                 fault.fired += 1
                 if fault.remaining <= 0:
                     self._armed.remove(fault)
+                    self._buckets[self._key(fault)].remove(fault)
                 fired = Fired(fault_id=fault.id, type=fault.spec.type, spec=fault.spec,
                               session=request.session, path=request.path, time=time.time(),
                               left=fault.remaining)
