@@ -15,10 +15,21 @@ from typing import Any
 import httpx
 
 from chaosllm import __version__
-from chaosllm.config import Mode, OnMiss, ServerConfig, parse_timing
+from chaosllm.config import (
+    DEFAULT_RECORD_SCENARIO,
+    Mode,
+    OnMiss,
+    ServerConfig,
+    parse_timing,
+    proxy_dirs,
+    secrets_from_env,
+)
+from chaosllm.doctor import diagnose
 from chaosllm.errors import ChaosLLMError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.profiles import list_profiles, load_profile
+from chaosllm.formats import IMPORTABLE
+from chaosllm.formats.importer import import_recordings
 from chaosllm.matching import DEFAULT_ORDER, Strategy
 from chaosllm.probe import BaselineFailed, ProbeRun, Verdict, probe, render_html, render_matrix
 from chaosllm.server import ServerKind, run_server
@@ -86,9 +97,26 @@ def _parser() -> argparse.ArgumentParser:
                        help="address to bind (default 127.0.0.1, loopback only)")
     serve.add_argument("--port", type=_port, default=8000, help="port (0 picks a free one)")
     serve.add_argument("--mode", type=_choice(Mode), default=Mode.REPLAY,
-                       help="replay (default); record, record-missing and passthrough come "
-                            "with the recording proxy")
-    serve.add_argument("--upstream", metavar="URL", help="the real provider (record modes)")
+                       help="replay (default): answer from recordings; record: proxy every "
+                            "request to --upstream and record the answer; record-missing: "
+                            "replay what is recorded, proxy and record the rest; "
+                            "passthrough: proxy, record nothing (faults still apply)")
+    serve.add_argument("--upstream", metavar="URL",
+                       help="the real provider, e.g. https://api.openai.com (needed by the "
+                            "modes other than replay)")
+    serve.add_argument("--record-dir", type=Path, metavar="DIR",
+                       help="where new recordings go (default: the first --recordings DIR; "
+                            "never the shipped recordings unless named here)")
+    serve.add_argument("--scenario", dest="record_scenario", metavar="NAME",
+                       default=DEFAULT_RECORD_SCENARIO,
+                       help="the scenario new recordings are written to, "
+                            "DIR/NAME/NNNN.json (default 'recorded'; a session's active "
+                            "scenario takes precedence)")
+    serve.add_argument("--secret", dest="secrets", action="append", default=[],
+                       metavar="VALUE",
+                       help="a value to redact from recordings (repeatable; also "
+                            "$CHAOSLLM_SECRETS, comma-separated); API keys shaped like "
+                            "sk-... are always redacted")
     serve.add_argument("--on-miss", type=_choice(OnMiss), default=OnMiss.ERROR,
                        help="error (default): an error naming the nearest recordings; "
                             "fallback: a deterministic canned answer")
@@ -112,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
                        default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
                        help="require this token on control calls (needed to control a server "
                             "bound to a non-loopback address; env CHAOSLLM_CONTROL_TOKEN)")
+    serve.add_argument("--strict", action="store_true",
+                       help="refuse a request the request validator (or a trace check) finds "
+                            "a defect in, with a 400 like the provider's (default: the "
+                            "finding is only journaled, GET /__findings)")
 
     fault = sub.add_parser("fault", help="arm, list and clear faults on a running server")
     fault.add_argument("--url", default=os.environ.get("CHAOSLLM_URL", "http://127.0.0.1:8000"),
@@ -167,7 +199,48 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
                     help="recordings directories (default: the shipped ones)")
     ls.add_argument("--json", action="store_true", help="print JSON")
+
+    doctor = sub.add_parser(
+        "doctor", help="check recordings directories",
+        description="Parse every recording and fixture (any format chaosllm reads) and "
+                    "report unreadable files and files of unknown format, stale or "
+                    "conflicting digests, duplicates, orphan tool calls, recordings that "
+                    "would never match, structured answers that break their schema, and "
+                    "unredacted secrets. Exit status 1 on errors.")
+    doctor.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                        help="recordings directories (default: the shipped ones)")
+    doctor.add_argument("--json", action="store_true", help="print JSON")
+    doctor.add_argument("--strict", action="store_true", help="warnings fail too")
+
+    importer = sub.add_parser(
+        "import", help="convert other fixture formats to chaosllm recordings",
+        description="Convert hash-keyed fixture directories, trace fixtures or VCR.py "
+                    "cassettes (a file or a directory) into native recordings under DEST. "
+                    "Each format can also be served as it is with --recordings.")
+    importer.add_argument("format", choices=IMPORTABLE, metavar="FORMAT",
+                          help="one of: " + ", ".join(IMPORTABLE))
+    importer.add_argument("src", type=Path, metavar="SRC")
+    importer.add_argument("dest", type=Path, metavar="DEST")
+    importer.add_argument("--force", action="store_true",
+                          help="overwrite recordings that exist in DEST")
     return parser
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report = diagnose(args.dirs or [shipped_dir("recordings")])
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.render())
+    return 0 if report.ok(strict=args.strict) else 1
+
+
+def _import(args: argparse.Namespace) -> int:
+    result = import_recordings(args.format, args.src, args.dest, overwrite=args.force)
+    for error in result.errors:
+        print(f"chaosllm: error: {error}", file=sys.stderr)
+    for path in result.existing:
+        print(f"chaosllm: {path} exists: left alone (--force overwrites)", file=sys.stderr)
+    print(f"imported {len(result.written)} recordings ({args.format}) from {args.src} "
+          f"into {args.dest}")
+    return 1 if result.errors or result.existing else 0
 
 
 _FAULT_PARAMS = ("remaining", "probability", "after_chunks", "after_bytes", "status",
@@ -265,27 +338,41 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if args.mode is not Mode.REPLAY:
-        print(f"chaosllm: --mode {args.mode.value} is not available in this version; "
-              f"use --mode replay", file=sys.stderr)
-        return 2
     if not 0.0 <= args.nearest_threshold <= 1.0:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
+    try:
+        dirs, record_dir = proxy_dirs(args.mode, upstream=args.upstream,
+                                      recordings=args.recordings, record_dir=args.record_dir)
+    except ValueError as exc:
+        print(f"chaosllm: {exc}", file=sys.stderr)
+        return 2
     config = ServerConfig(
-        recordings=args.recordings or [shipped_dir("recordings")], mode=args.mode,
+        recordings=dirs, mode=args.mode,
         on_miss=args.on_miss, seed=args.seed, timing=args.timing, match_order=args.match,
         nearest_threshold=args.nearest_threshold, upstream=args.upstream,
-        max_body_bytes=args.max_body_bytes, control_token=args.control_token)
+        record_dir=record_dir, record_scenario=args.record_scenario,
+        secrets=[*args.secrets, *secrets_from_env()],
+        max_body_bytes=args.max_body_bytes, control_token=args.control_token,
+        strict=args.strict)
     for d in config.recordings:
-        if not Path(d).is_dir():
+        if not Path(d).is_dir() and not (record_dir is not None and Path(d) == record_dir):
             print(f"chaosllm: recordings directory {d} does not exist", file=sys.stderr)
             return 2
 
     if not _is_loopback(args.host) and not args.control_token:
         print(f"chaosllm: warning: bound to {args.host} without --control-token: the control "
               f"plane answers loopback clients only", file=sys.stderr)
-    state = ChaosState.from_config(config)
+    try:
+        state = ChaosState.from_config(config)
+    except ValueError as exc:
+        print(f"chaosllm: {exc}", file=sys.stderr)
+        return 2
+    if config.mode is not Mode.REPLAY:
+        target = f", recording to {record_dir}" if record_dir is not None else ""
+        upstream = state.upstream.display if state.upstream else config.upstream
+        print(f"chaosllm: {config.mode.value}: proxying to {upstream}{target}",
+              file=sys.stderr)
     if args.profile:
         profile = load_profile(args.profile)
         state.board.arm(profile.specs)
@@ -331,6 +418,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fault(args)
         if args.command == "probe":
             return _probe(args)
+        if args.command == "doctor":
+            return _doctor(args)
+        if args.command == "import":
+            return _import(args)
         return _ls(args)
     except ChaosLLMError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -11,7 +12,12 @@ from typing import TypeVar
 from chaosllm.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store import shipped_dir
 
-__all__ = ["Mode", "OnMiss", "ServerConfig", "parse_timing"]
+__all__ = ["DEFAULT_RECORD_SCENARIO", "SECRETS_ENV", "Mode", "OnMiss", "ServerConfig",
+           "parse_timing", "proxy_dirs", "secrets_from_env"]
+
+DEFAULT_RECORD_SCENARIO = "recorded"
+SECRETS_ENV = "CHAOSLLM_SECRETS"
+"""Comma-separated secret values to redact (besides ``--secret``)."""
 
 
 _C = TypeVar("_C", bound="_Choice")
@@ -69,6 +75,61 @@ class ServerConfig:
     match_order: Sequence[Strategy] = DEFAULT_ORDER
     nearest_threshold: float = 0.9
     upstream: str | None = None
+    """The real provider (modes record, record-missing, passthrough)."""
+    record_dir: Path | None = None
+    """Where new recordings go (modes record and record-missing)."""
+    record_scenario: str = DEFAULT_RECORD_SCENARIO
+    """The scenario new recordings go to when the request's session has no active one."""
+    secrets: Sequence[str] = ()
+    """Values redacted from recordings and request keys (besides well-known key shapes)."""
     max_body_bytes: int = 16 * 1024 * 1024
     control_token: str | None = None
     """Required on control-plane calls when set (and for any non-loopback client)."""
+    strict: bool = False
+    """Refuse (400, as the provider would) a request the oracles find a defect in."""
+
+
+def secrets_from_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The secret values of ``CHAOSLLM_SECRETS`` (comma-separated)."""
+    raw = (os.environ if environ is None else environ).get(SECRETS_ENV, "")
+    return [value.strip() for value in raw.split(",") if value.strip()]
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def proxy_dirs(mode: Mode, *, upstream: str | None, recordings: Sequence[Path] | None,
+               record_dir: Path | None) -> tuple[list[Path], Path | None]:
+    """The recordings directories to load and the directory new recordings go to.
+
+    `recordings` is None when not given (the shipped ones are then replayed). Modes other
+    than replay need `upstream`; record and record-missing write to `record_dir`, by
+    default the first of `recordings` -- never the shipped directory unless it is given
+    as `record_dir` explicitly. When `recordings` is not given, a record mode loads only
+    `record_dir` (the shipped examples are not answers of your upstream). ValueError
+    says what is missing.
+    """
+    shipped = shipped_dir("recordings")
+    dirs = [Path(d) for d in recordings] if recordings else [shipped]
+    if mode is Mode.REPLAY:
+        return dirs, None
+    if not upstream:
+        raise ValueError(f"--mode {mode.value} needs --upstream URL: the real provider, "
+                         f"e.g. --upstream https://api.openai.com")
+    if mode is Mode.PASSTHROUGH:
+        return dirs, None
+    if record_dir is None:
+        if not recordings:
+            raise ValueError(f"--mode {mode.value} writes recordings: give --record-dir DIR "
+                             f"(or --recordings DIR)")
+        record_dir = Path(recordings[0])
+        if _same_dir(record_dir, shipped):
+            raise ValueError(f"refusing to record into the shipped recordings ({shipped}); "
+                             f"give --record-dir DIR (naming it explicitly allows it)")
+    record_dir = Path(record_dir)
+    if not recordings:
+        dirs = [record_dir]
+    elif not any(_same_dir(d, record_dir) for d in dirs):
+        dirs.append(record_dir)
+    return dirs, record_dir

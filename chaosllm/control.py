@@ -1,4 +1,5 @@
-"""The control plane: everything under ``/__`` (faults, journal, recordings, scenario).
+"""The control plane: everything under ``/__`` (faults, journal, recordings, scenario,
+findings, unused recordings, workspace).
 
 Loopback-only by default: a control call from any other address is refused
 unless the server has a control token (``--control-token``) and the call
@@ -193,7 +194,54 @@ async def journal(request: Request) -> Response:
             functools.partial(state.journal.entries, session, settle=settle))
     else:
         entries = state.journal.entries(session)
-    return JSONResponse({"requests": [e.to_json() for e in entries]})
+    unused = [e.name for e in state.matcher.unused()]
+    summary = {
+        "requests": len(entries),
+        "misses": sum(1 for e in entries if e.miss),
+        "faults": sum(1 for e in entries if e.fault is not None),
+        "findings": sum(len(e.findings) for e in entries),
+        "unused": unused,
+        "text": f"{len(entries)} requests; {len(unused)} of {len(state.store.exchanges)} "
+                f"recordings never served since the last reset"
+                + (": " + ", ".join(unused[:20]) + (" ..." if len(unused) > 20 else "")
+                   if unused else ""),
+    }
+    return JSONResponse({"requests": [e.to_json() for e in entries], "summary": summary})
+
+
+async def findings(request: Request) -> Response:
+    """Every oracle finding in the journal (``?session=`` filters), with its request."""
+    state = chaos_state(request)
+    found = [{"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
+             for e in state.journal.entries(request.query_params.get("session"))
+             for finding in e.findings]
+    return JSONResponse({"findings": found})
+
+
+async def unused(request: Request) -> Response:
+    """The recordings no request was served since the last reset."""
+    state = chaos_state(request)
+    names = [{"name": e.name, "scenario": e.scenario, "source": e.source}
+             for e in state.matcher.unused()]
+    return JSONResponse({"unused": names, "total": len(state.store.exchanges)})
+
+
+async def workspace(request: Request) -> Response:
+    """``{"path": PATH}``: the live workspace that ``<WORKSPACE>`` in recordings stands
+    for (null clears it). Disarms every fault, so chaos never leaks across scenarios."""
+    state = chaos_state(request)
+    try:
+        body = await json_body(request)
+    except InvalidRequest as exc:
+        return openai_error(400, exc.message, code=exc.code)
+    if not isinstance(body, dict) or "path" not in body \
+            or not (body["path"] is None or (isinstance(body["path"], str) and body["path"])):
+        return openai_error(400, 'Expected a JSON object {"path": PATH} (the live workspace '
+                                 'directory, or null to clear it).',
+                            code="invalid_value", param="path")
+    state.matcher.set_workspace(body["path"])
+    disarmed = state.board.disarm()
+    return JSONResponse({"workspace": body["path"], "disarmed": disarmed})
 
 
 async def list_recordings(request: Request) -> Response:
@@ -202,6 +250,7 @@ async def list_recordings(request: Request) -> Response:
         "dirs": [str(d) for d in store.dirs],
         "recordings": store.summary(),
         "errors": store.error_summary(),
+        "scenarios": store.scenario_info,
     })
 
 
@@ -253,4 +302,7 @@ def control_routes() -> list[BaseRoute]:
         Route("/__reload", reload, methods=["POST"]),
         Route("/__scenario", scenario, methods=["POST"]),
         Route("/__reset", reset, methods=["POST"]),
+        Route("/__findings", findings, methods=["GET"]),
+        Route("/__unused", unused, methods=["GET"]),
+        Route("/__workspace", workspace, methods=["POST"]),
     ]

@@ -4,6 +4,7 @@ Library code raises these; only the CLI turns them into exit codes.
 
     ChaosLLMError
     ├── RecordingError (ValueError)       a recording file that cannot be read
+    │   └── UnknownFormat                 a file in none of the formats chaosllm reads
     ├── InvalidRequest (ValueError)       a provider request that is malformed
     ├── NoMatch (LookupError)             no recording answers a request
     ├── UnknownScenario (LookupError)     a scenario name that is not loaded
@@ -21,6 +22,7 @@ __all__ = [
     "NoMatch",
     "RecordingError",
     "ServerError",
+    "UnknownFormat",
     "UnknownScenario",
     "UnsafePath",
 ]
@@ -37,6 +39,10 @@ class RecordingError(ChaosLLMError, ValueError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class UnknownFormat(RecordingError):
+    """A file in a recordings directory that is in none of the formats chaosllm reads."""
 
 
 class InvalidRequest(ChaosLLMError, ValueError):

@@ -32,6 +32,9 @@ class JournalEntry:
     miss: bool = False
     error: str | None = None
     fault: dict[str, Any] | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """What the oracles found about this request (`chaosllm.oracle`): request-validator
+    defects, trace hint mismatches and changed tool results, schema mismatches."""
     report: PlanReport = field(default_factory=PlanReport)
 
     def to_json(self) -> dict[str, Any]:
@@ -43,6 +46,7 @@ class JournalEntry:
             "stream": self.stream, "digest": self.digest, "status": self.status,
             "recording": self.recording, "match": self.match, "score": self.score,
             "miss": self.miss, "error": self.error, "fault": self.fault,
+            "findings": self.findings,
             "frames_sent": self.report.frames_sent, "bytes_sent": self.report.bytes_sent,
             "outcome": outcome.value if outcome is not None else "pending",
             "degraded": self.report.degraded,

@@ -16,24 +16,48 @@ Matchers run in a configurable order (default ``exact,sequence,nearest``):
 A miss raises `NoMatch` whose message names the digest and the nearest
 recordings with how they differ. Per-session state (cursors, used exchanges,
 active scenario) lives here; sessions are the ``X-Chaosllm-Session`` header.
+
+Other fixture formats (`chaosllm.formats`) plug in through `Exchange.keyed_by`:
+
+- hash-keyed fixtures are keyed by a digest of their own canonicalisation; when
+  any are loaded and the request digest misses, exact matching computes the
+  request's digest under that canonicalisation too and looks it up (still
+  O(1)). A miss then logs ``[mock-llm] unknown fixture hash <hash>`` and the
+  request on the next line, as the hash-keyed stub does, so that the answer can
+  be saved as ``<hash>.json``;
+- trace fixtures have no recorded requests: only sequence matching serves
+  them. A session with no active scenario picks the trace whose ``model_name``
+  is the request's model, or the only trace loaded, so a trace is served in
+  order per session without ``POST /__scenario``. A request past its last step
+  is a miss that says so.
+
+The live workspace (`set_workspace`, ``POST /__workspace``) is turned back into
+``<WORKSPACE>`` in requests before they are keyed (`chaosllm.templating`). Every
+exchange served since the last reset is remembered for `unused`.
 """
 
 from __future__ import annotations
 
 import enum
+import json
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chaosllm.diff import json_differences
 from chaosllm.errors import NoMatch, UnknownScenario
-from chaosllm.model import JSON, Exchange
+from chaosllm.formats import ALIAS_DIGESTS
+from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.nearest import NearestIndex, similarity
 from chaosllm.normalize import normalize_text
 from chaosllm.providers import PROVIDERS, Provider
 from chaosllm.store import RecordingStore
+from chaosllm.templating import tokenize_workspace
 
 __all__ = ["DEFAULT_ORDER", "Match", "Matcher", "Strategy"]
+
+log = logging.getLogger("chaosllm")
 
 
 class Strategy(str, enum.Enum):
@@ -66,6 +90,9 @@ class Match:
     exchange: Exchange
     strategy: Strategy
     score: float = 1.0
+    request: JSON = None
+    """The request body as it was matched, when not the one given (the live workspace
+    turned into ``<WORKSPACE>``)."""
 
 
 @dataclass
@@ -89,6 +116,9 @@ class Matcher:
         self._index: NearestIndex | None = None
         self._keys_by_provider: dict[str, frozenset[int]] = {}
         self._default_scenario: str | None = None
+        self._served: set[str] = set()
+        self.workspace: str | None = None
+        """The live workspace path (`set_workspace`)."""
 
     # -- state ------------------------------------------------------------------
 
@@ -117,17 +147,43 @@ class Matcher:
             return self._session(session).scenario
 
     def reset(self) -> None:
-        """Rewind every sequence and cursor (the active default scenario is kept)."""
+        """Rewind every sequence and cursor, forget what was served (the active default
+        scenario and the workspace are kept)."""
         with self._lock:
             self._sessions.clear()
+            self._served.clear()
+
+    def set_workspace(self, path: str | None) -> None:
+        """The live workspace path that ``<WORKSPACE>`` in recordings stands for (None:
+        no templating)."""
+        with self._lock:
+            self.workspace = path or None
+
+    def unused(self) -> list[Exchange]:
+        """The exchanges not served to any request since the last reset (or reload)."""
+        with self._lock:
+            served = set(self._served)
+        return [e for e in self.store.exchanges if e.name not in served]
 
     def reloaded(self) -> None:
         """Forget state that refers to the previous contents of the store."""
         with self._lock:
             self._sessions.clear()
+            self._served.clear()
             self._index = None
             if self._default_scenario not in self.store.by_scenario:
                 self._default_scenario = None
+
+    def add(self, exchange: Exchange) -> None:
+        """Add a new recording to the store and the indexes: later requests match it."""
+        with self._lock:
+            self.store.add(exchange)
+            if self._index is not None:
+                key = len(self.store.exchanges) - 1
+                provider = PROVIDERS[exchange.provider]
+                self._index.add(key, normalize_text(provider.match_text(exchange.request.body)))
+                keys = self._keys_by_provider.get(exchange.provider, frozenset())
+                self._keys_by_provider[exchange.provider] = keys | {key}
 
     # -- matching ---------------------------------------------------------------
 
@@ -136,39 +192,75 @@ class Matcher:
         """The recording that answers `body`. With ``consume=False`` nothing advances
         until `consume(match, session)`: a request whose answer a fault destroys leaves
         the sequence where it was, so the client's retry gets the same exchange."""
+        workspace = self.workspace
+        if workspace is not None:
+            keyed = tokenize_workspace(body, workspace)
+            if keyed is not body:
+                body, digest = keyed, provider.digest(keyed)
         with self._lock:
             state = self._session(session)
             for strategy in self.order:
                 found = self._try(strategy, provider, body, digest, state)
                 if found is not None:
+                    if workspace is not None:
+                        found = Match(found.exchange, found.strategy, found.score, body)
                     if consume:
                         self._consume(found, state)
                     return found
-        raise NoMatch(digest, self.explain_miss(provider, body, digest))
+            exhausted = self._exhausted(state)
+        self._log_alias_miss(provider, body)
+        raise NoMatch(digest, exhausted + self.explain_miss(provider, body, digest))
 
     def consume(self, match: Match, session: str | None = None) -> None:
         with self._lock:
             self._consume(match, self._session(session))
 
-    @staticmethod
-    def _consume(match: Match, state: _Session) -> None:
+    def _consume(self, match: Match, state: _Session) -> None:
         state.used.add(match.exchange.name)
+        self._served.add(match.exchange.name)
         if match.strategy is Strategy.EXACT:
-            key = (match.exchange.provider, match.exchange.digest)
+            key = _cursor_key(match.exchange)
             state.cursors[key] = state.cursors.get(key, 0) + 1
+
+    def _exhausted(self, state: _Session) -> str:
+        """What a miss says first when the session's trace has no step left."""
+        scenario = state.scenario
+        if scenario is None or scenario not in self.store.sequence_scenarios:
+            return ""
+        steps = self.store.by_scenario.get(scenario, [])
+        if not all(e.name in state.used for e in steps):
+            return ""
+        return (f"More LLM calls than the trace {scenario!r} has steps: all {len(steps)} of "
+                f"its text/tool_calls steps were served to this session, and this is call "
+                f"{len(steps) + 1}. The client made a call the trace did not record (POST "
+                f"/__reset rewinds the trace for a new run).\n")
+
+    def _log_alias_miss(self, provider: Provider, body: JSON) -> None:
+        """The hash-keyed stub's line for a request no fixture answers, and the request."""
+        if Keying.HASH_KEYED in self.store.alias_keyings.get(provider.name, ()):
+            try:
+                alias = ALIAS_DIGESTS[Keying.HASH_KEYED](body)
+            except (TypeError, ValueError, AttributeError):
+                return
+            log.warning("[mock-llm] unknown fixture hash %s\n%s", alias,
+                        json.dumps(body, ensure_ascii=False, separators=(",", ":")))
 
     def _try(self, strategy: Strategy, provider: Provider, body: JSON, digest: str,
              state: _Session) -> Match | None:
         if strategy is Strategy.EXACT:
             candidates = self.store.by_digest.get((provider.name, digest))
             if not candidates:
+                candidates = self._alias_candidates(provider, body)
+            if not candidates:
                 return None
             if state.scenario is not None:
                 in_scenario = [e for e in candidates if e.scenario == state.scenario]
                 candidates = in_scenario or candidates
-            position = state.cursors.get((provider.name, digest), 0)
+            position = state.cursors.get(_cursor_key(candidates[0]), 0)
             return Match(candidates[min(position, len(candidates) - 1)], Strategy.EXACT)
         if strategy is Strategy.SEQUENCE:
+            if state.scenario is None:
+                state.scenario = self._trace_for(body)
             if state.scenario is None:
                 return None
             for exchange in self.store.by_scenario.get(state.scenario, ()):
@@ -179,6 +271,30 @@ class Matcher:
         if hits and hits[0][1] >= self.nearest_threshold:
             return Match(hits[0][0], Strategy.NEAREST, hits[0][1])
         return None
+
+    def _alias_candidates(self, provider: Provider, body: JSON) -> list[Exchange] | None:
+        """The exchanges keyed by a digest of their own that answer `body`, if any."""
+        for keyed_by in self.store.alias_keyings.get(provider.name, ()):
+            try:
+                alias = ALIAS_DIGESTS[keyed_by](body)
+            except (TypeError, ValueError, AttributeError):
+                continue
+            found = self.store.by_alias.get((provider.name, keyed_by, alias))
+            if found:
+                return found
+        return None
+
+    def _trace_for(self, body: JSON) -> str | None:
+        """The trace a session with no active scenario follows: the one answering as the
+        request's model, else the only one loaded."""
+        traces = self.store.sequence_scenarios
+        if not traces:
+            return None
+        model = body.get("model") if isinstance(body, dict) else None
+        by_model = [s for s, m in traces.items() if m is not None and m == model]
+        if len(by_model) == 1:
+            return by_model[0]
+        return next(iter(traces)) if len(traces) == 1 else None
 
     def _nearest(self, provider: Provider, body: JSON, k: int) -> list[tuple[Exchange, float]]:
         """The k best recordings by min(similarity of the whole conversation, similarity
@@ -202,6 +318,8 @@ class Matcher:
             index = NearestIndex()
             keys: dict[str, set[int]] = {}
             for key, exchange in enumerate(self.store.exchanges):
+                if exchange.keyed_by != Keying.REQUEST:
+                    continue  # no recorded request to compare with
                 provider = PROVIDERS[exchange.provider]
                 index.add(key, normalize_text(provider.match_text(exchange.request.body)))
                 keys.setdefault(exchange.provider, set()).add(key)
@@ -230,9 +348,30 @@ class Matcher:
                              + ("; ".join(diffs) if diffs else "differs only in volatile values"))
         else:
             lines.append("No recordings of this provider are loaded.")
+        if Keying.HASH_KEYED in self.store.alias_keyings.get(provider.name, ()):
+            try:
+                alias = ALIAS_DIGESTS[Keying.HASH_KEYED](body)
+                lines.append(f"Hash-keyed fixtures are loaded: this request's fixture hash "
+                             f"is {alias}; save its answer as {alias}.json.")
+            except (TypeError, ValueError, AttributeError):
+                pass
+        traces = self.store.sequence_scenarios
+        if traces:
+            lines.append("Trace fixtures are served in order to a session following one: "
+                         "send the trace's model_name as the model, or select it with "
+                         'POST /__scenario {"scenario": NAME}; loaded traces: '
+                         + ", ".join(f"{s} (model_name {m!r})"
+                                     for s, m in list(traces.items())[:10]) + ".")
         lines.append("Record it with --mode record-missing, serve a canned answer with "
                      "--on-miss fallback, or see what is loaded with `chaosllm ls`.")
         return "\n".join(lines)
+
+
+def _cursor_key(exchange: Exchange) -> tuple[str, str]:
+    """The exact-match cursor of the exchanges sharing `exchange`'s key."""
+    if exchange.keyed_by == Keying.REQUEST:
+        return (exchange.provider, exchange.digest)
+    return (exchange.provider, f"{exchange.keyed_by}:{exchange.digest}")
 
 
 def _differences(recorded: JSON, requested: JSON) -> list[str]:

@@ -39,6 +39,7 @@ __all__ = [
     "Ending",
     "Exchange",
     "Framing",
+    "Keying",
     "Outcome",
     "Piece",
     "PlanReport",
@@ -81,6 +82,22 @@ class RecordedResponse:
     """Upstream headers worth replaying (request ids, rate-limit headers)."""
 
 
+class Keying:
+    """How an exchange is found (`Exchange.keyed_by`)."""
+
+    REQUEST = "request"
+    """By the digest of its recorded request (chaosllm's canonicalisation): exact and
+    nearest matching, and sequence when its scenario is active."""
+    HASH_KEYED = "hash-keyed"
+    """By a digest given by the fixture itself, computed with the canonicalisation of
+    seeds/hash-keyed-fixtures.md (no tools, no response_format): its request is unknown."""
+    SEQUENCE = "sequence"
+    """By position only (trace fixtures record answers, not requests): served in order,
+    one per request, per session."""
+
+    ALL = (REQUEST, HASH_KEYED, SEQUENCE)
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
     provider: str
@@ -96,6 +113,10 @@ class Exchange:
     """The file it was loaded from, if any."""
     stored_digest: str | None = None
     """The digest written in the file, if any (a stale one is reported by doctor)."""
+    keyed_by: str = Keying.REQUEST
+    """`Keying`: what `digest` is and which matchers can find the exchange. For
+    `Keying.HASH_KEYED` the digest is the fixture's own; for `Keying.SEQUENCE` the
+    request is a placeholder and the digest only names it."""
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     """Renderings of this (immutable) exchange, kept by its provider: serialising the
     same answer on every request was the largest cost of a replay."""

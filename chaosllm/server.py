@@ -24,13 +24,20 @@ import anyio.lowlevel
 from starlette.applications import Starlette
 
 from chaosllm.app import create_app
-from chaosllm.config import Mode, OnMiss, ServerConfig, parse_timing
+from chaosllm.config import (
+    DEFAULT_RECORD_SCENARIO,
+    Mode,
+    OnMiss,
+    ServerConfig,
+    parse_timing,
+    proxy_dirs,
+    secrets_from_env,
+)
 from chaosllm.errors import ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.faults.profiles import load_profile
 from chaosllm.matching import DEFAULT_ORDER, Strategy
 from chaosllm.state import ChaosState
-from chaosllm.store import shipped_dir
 from chaosllm.wire import PlanAborted, WireServer
 
 __all__ = ["ChaosServer", "ServerKind", "run_server"]
@@ -98,7 +105,7 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     uv_config = uvicorn.Config(app, loop=loop, http=http, log_level="warning",
-                               access_log=False, lifespan="off",
+                               access_log=False, lifespan="auto",
                                h11_max_incomplete_event_size=config.max_body_bytes)
     error_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _HidePlanAborts) for f in error_log.filters):
@@ -177,29 +184,46 @@ class ChaosServer:
         match: str | Sequence[Strategy] = DEFAULT_ORDER,
         nearest_threshold: float = 0.9,
         mode: str | Mode = Mode.REPLAY,
+        upstream: str | None = None,
+        record_dir: str | Path | None = None,
+        record_scenario: str = DEFAULT_RECORD_SCENARIO,
+        secrets: Sequence[str] = (),
         max_body_bytes: int = 16 * 1024 * 1024,
         profile: str | None = None,
+        strict: bool = False,
     ) -> None:
+        """`mode` record, record-missing or passthrough makes it a proxy in front of
+        `upstream`; new recordings go to `record_dir` (default: the first of
+        `recordings`), scenario `record_scenario` unless the request's session has an
+        active one. `secrets` (and ``$CHAOSLLM_SECRETS``) are redacted from recordings."""
+        given: list[Path] | None
         if recordings is None:
-            dirs = [shipped_dir("recordings")]
+            given = None
         elif isinstance(recordings, (str, Path)):
-            dirs = [Path(recordings)]
+            given = [Path(recordings)]
         else:
-            dirs = [Path(d) for d in recordings]
+            given = [Path(d) for d in recordings]
         mode = Mode.parse(mode) if isinstance(mode, str) else mode
-        if mode is not Mode.REPLAY:
-            raise ServerError(f"mode {mode.value!r} is not available yet; this version "
-                              f"replays recordings (--mode replay)")
+        try:
+            dirs, target = proxy_dirs(mode, upstream=upstream, recordings=given,
+                                      record_dir=Path(record_dir) if record_dir else None)
+        except ValueError as exc:
+            raise ServerError(str(exc)) from None
         self.config = ServerConfig(
             recordings=dirs, mode=mode,
             on_miss=OnMiss.parse(on_miss) if isinstance(on_miss, str) else on_miss,
             seed=seed, timing=parse_timing(timing),
             match_order=Strategy.parse_order(match) if isinstance(match, str) else tuple(match),
-            nearest_threshold=nearest_threshold, max_body_bytes=max_body_bytes)
+            nearest_threshold=nearest_threshold, max_body_bytes=max_body_bytes,
+            upstream=upstream, record_dir=target, record_scenario=record_scenario,
+            secrets=[*secrets, *secrets_from_env()], strict=strict)
         self.kind = ServerKind(server)
         self.host = host
         self._requested_port = port
-        self.state = ChaosState.from_config(self.config)
+        try:
+            self.state = ChaosState.from_config(self.config)
+        except ValueError as exc:
+            raise ServerError(str(exc)) from None
         if profile is not None:
             self.state.board.arm(load_profile(profile).specs)
         self.app = create_app(state=self.state)
@@ -359,3 +383,20 @@ class ChaosServer:
         """Armed faults and the history of fired ones (see `GET /__fault`)."""
         return {"armed": self.state.board.armed(),
                 "fired": [f.to_json() for f in self.state.board.history()]}
+
+    def findings(self, session: str | None = None, *, settle: float = 2.0
+                 ) -> list[dict[str, Any]]:
+        """What the oracles found about the requests (see `GET /__findings`)."""
+        return [{"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
+                for e in self.state.journal.entries(session, settle=settle)
+                for finding in e.findings]
+
+    def unused(self) -> list[str]:
+        """The names of the recordings not served since the last reset (`GET /__unused`)."""
+        return [e.name for e in self.state.matcher.unused()]
+
+    def set_workspace(self, path: str | Path | None) -> None:
+        """The live workspace ``<WORKSPACE>`` in recordings stands for (`POST /__workspace`);
+        disarms every fault."""
+        self.state.matcher.set_workspace(str(path) if path is not None else None)
+        self.state.board.disarm()

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
-from chaosllm.config import ServerConfig
+from chaosllm.config import Mode, ServerConfig
 from chaosllm.faults import FaultBoard
 from chaosllm.journal import Journal
 from chaosllm.matching import Matcher
+from chaosllm.model import Exchange
+from chaosllm.record.proxy import Upstream
+from chaosllm.record.redact import Redactor
+from chaosllm.record.writer import RecordingWriter
 from chaosllm.store import RecordingStore
 
 __all__ = ["ChaosState"]
@@ -24,16 +29,46 @@ class ChaosState:
     matcher: Matcher
     journal: Journal
     board: FaultBoard
+    redactor: Redactor = field(default_factory=Redactor)
+    upstream: Upstream | None = None
+    """The real provider, in modes other than replay."""
+    writer: RecordingWriter | None = None
+    """Writes new recordings, in modes record and record-missing."""
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> ChaosState:
+        """The state of a server; ValueError for a bad upstream URL."""
+        redactor = Redactor(config.secrets)
+        upstream = writer = None
+        if config.mode is not Mode.REPLAY:
+            if not config.upstream:
+                raise ValueError(f"--mode {config.mode.value} needs an upstream URL")
+            upstream = Upstream(config.upstream)
+        if config.mode in (Mode.RECORD, Mode.RECORD_MISSING):
+            if config.record_dir is None:
+                raise ValueError(f"--mode {config.mode.value} needs a directory to record to")
+            writer = RecordingWriter(config.record_dir, redactor=redactor)
+            writer.scenario_dir(config.record_scenario)  # UnsafePath (a ValueError) if bad
+            _prepare_record_dir(config)
         store = RecordingStore.load(config.recordings)
         for error in store.errors:
             log.warning("skipped recording %s", error)
         matcher = Matcher(store, order=config.match_order,
                           nearest_threshold=config.nearest_threshold)
         return cls(config=config, store=store, matcher=matcher, journal=Journal(),
-                   board=FaultBoard(seed=config.seed))
+                   board=FaultBoard(seed=config.seed), redactor=redactor, upstream=upstream,
+                   writer=writer)
+
+    def record(self, exchange: Exchange, session: str | None) -> Exchange:
+        """Write a new recording (to the session's active scenario, else the configured
+        one) and serve it from now on; the exchange as stored. Blocking: call it from a
+        worker thread. OSError when the disk refuses."""
+        assert self.writer is not None
+        scenario = self.matcher.active_scenario(session) or self.config.record_scenario
+        stored = self.writer.write(exchange, scenario)
+        self.matcher.add(stored)
+        log.info("recorded %s (%s)", stored.name, stored.source)
+        return stored
 
     def reload(self) -> None:
         self.store.reload()
@@ -46,3 +81,16 @@ class ChaosState:
         self.board.reset()
         self.journal.clear()
         self.matcher.reset()
+
+
+def _prepare_record_dir(config: ServerConfig) -> None:
+    assert config.record_dir is not None
+    try:
+        config.record_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.error("cannot create the record directory %s: %s; answers will be proxied "
+                  "but not recorded until it can be written", config.record_dir, exc)
+        return
+    if not os.access(config.record_dir, os.W_OK):
+        log.error("the record directory %s is not writable; answers will be proxied but "
+                  "not recorded until it is", config.record_dir)

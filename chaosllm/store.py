@@ -5,11 +5,14 @@ A recordings directory holds one exchange per JSON file,
 forgiving: a corrupt file is reported with its path and what is wrong, and
 every other file still loads. The digest is always computed from the request
 by its provider; the one written in the file is only kept for `doctor`.
+
+Files in the other formats chaosllm reads (hash-keyed fixtures, trace fixtures,
+VCR cassettes: `chaosllm.formats`) load from the same directories, each file
+into as many exchanges as it holds answers.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from chaosllm.errors import RecordingError, UnsafePath
-from chaosllm.model import JSON, Exchange, RecordedChunk, RecordedRequest, RecordedResponse
+from chaosllm.model import (
+    JSON,
+    Exchange,
+    Keying,
+    RecordedChunk,
+    RecordedRequest,
+    RecordedResponse,
+)
 from chaosllm.providers import PROVIDERS
 
 __all__ = [
@@ -25,11 +35,18 @@ __all__ = [
     "RecordingStore",
     "exchange_to_json",
     "parse_exchange",
+    "recording_files",
     "safe_child",
     "shipped_dir",
 ]
 
 FORMAT_VERSION = 1
+
+RECORDING_SUFFIXES = (".json", ".yaml", ".yml")
+"""Files a recordings directory is searched for: native recordings and the other formats
+`chaosllm.formats` reads (hash-keyed fixtures, traces, VCR cassettes)."""
+
+_SHA256 = frozenset("0123456789abcdef")
 
 
 def shipped_dir(kind: str) -> Path:
@@ -74,7 +91,12 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
              f"unknown provider {provider_name!r}; known: {', '.join(sorted(PROVIDERS))}")
     provider = PROVIDERS[provider_name]
 
+    keyed_by = data.get("keyed_by", Keying.REQUEST)
+    _require(keyed_by in Keying.ALL, source,
+             f'"keyed_by" must be one of {", ".join(Keying.ALL)}, got {keyed_by!r}')
     request = data.get("request")
+    if request is None and keyed_by != Keying.REQUEST:
+        request = {"body": {"messages": []}}  # answers only: no request was recorded
     _require(isinstance(request, dict), source, '"request" must be an object')
     body = request.get("body")
     _require(isinstance(body, dict), source, '"request.body" must be an object')
@@ -105,13 +127,19 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
     stream = response.get("stream", chunks is not None)
     _require(isinstance(stream, bool), source, '"response.stream" must be true or false')
 
-    try:
-        digest = provider.digest(body)
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise RecordingError(source, f"cannot compute the request digest: {exc}") from exc
+    stored = data.get("digest")
+    if keyed_by == Keying.HASH_KEYED:
+        _require(isinstance(stored, str) and len(stored) == 64 and set(stored) <= _SHA256,
+                 source, '"keyed_by": "hash-keyed" needs the fixture hash as "digest" '
+                         '(64 lower-case hex digits)')
+        digest = stored
+    else:
+        try:
+            digest = provider.digest(body)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise RecordingError(source, f"cannot compute the request digest: {exc}") from exc
     meta = data.get("meta") or {}
     _require(isinstance(meta, dict), source, '"meta" must be an object')
-    stored = data.get("digest")
     return Exchange(
         provider=provider_name,
         request=RecordedRequest(method=method.upper(), path=path, body=body),
@@ -123,6 +151,7 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
         meta=meta,
         source=source,
         stored_digest=stored if isinstance(stored, str) else None,
+        keyed_by=keyed_by,
     )
 
 
@@ -161,6 +190,8 @@ def exchange_to_json(exchange: Exchange) -> dict[str, Any]:
         "response": response,
         "digest": exchange.digest,
     }
+    if exchange.keyed_by != Keying.REQUEST:
+        data["keyed_by"] = exchange.keyed_by
     if exchange.meta:
         data["meta"] = dict(exchange.meta)
     return data
@@ -175,6 +206,17 @@ class RecordingStore:
     errors: list[RecordingError] = field(default_factory=list)
     by_digest: dict[tuple[str, str], list[Exchange]] = field(default_factory=dict)
     by_scenario: dict[str, list[Exchange]] = field(default_factory=dict)
+    by_alias: dict[tuple[str, str, str], list[Exchange]] = field(default_factory=dict)
+    """Exchanges keyed by a digest of their own (`Keying.HASH_KEYED`), by
+    ``(provider, keyed_by, digest)``."""
+    alias_keyings: dict[str, frozenset[str]] = field(default_factory=dict)
+    """The keyings present in `by_alias`, by provider."""
+    sequence_scenarios: dict[str, str | None] = field(default_factory=dict)
+    """Scenarios whose exchanges can only be served in order (trace fixtures), with the
+    model they answer as (a trace's ``model_name``)."""
+    scenario_info: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """What a fixture file says about its whole scenario besides the answers (a trace's
+    memory snapshot, HTTP exchanges, expectations), by scenario."""
 
     @classmethod
     def load(cls, dirs: Iterable[Path]) -> RecordingStore:
@@ -183,44 +225,58 @@ class RecordingStore:
         return store
 
     def reload(self) -> None:
+        # `formats` builds on this module (parse_exchange), so it is imported here.
+        from chaosllm.formats import read_file
+
         exchanges: list[Exchange] = []
         errors: list[RecordingError] = []
         for root in self.dirs:
             if not root.is_dir():
                 errors.append(RecordingError(str(root), "not a directory"))
                 continue
-            for path in _json_files(root):
-                rel = path.relative_to(root)
-                scenario = rel.parent.as_posix() if rel.parent != Path(".") else root.name
-                name = f"{scenario}/{path.stem}"
+            for path in recording_files(root):
                 try:
-                    with open(path, encoding="utf-8") as fh:
-                        data = json.load(fh)
-                    exchanges.append(parse_exchange(data, source=str(path), scenario=scenario,
-                                                    name=name))
+                    exchanges.extend(read_file(path, root=root))
                 except RecordingError as exc:
                     errors.append(exc)
-                except (OSError, UnicodeDecodeError) as exc:
-                    errors.append(RecordingError(str(path), f"cannot read: {exc}"))
-                except json.JSONDecodeError as exc:
-                    errors.append(RecordingError(
-                        str(path), f"not valid JSON: {exc.msg} at line {exc.lineno} "
-                                   f"column {exc.colno}"))
         self._index(exchanges)
         self.errors = errors
 
     def _index(self, exchanges: list[Exchange]) -> None:
         by_digest: dict[tuple[str, str], list[Exchange]] = {}
         by_scenario: dict[str, list[Exchange]] = {}
+        by_alias: dict[tuple[str, str, str], list[Exchange]] = {}
+        info: dict[str, Mapping[str, Any]] = {}
         for exchange in exchanges:
-            by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
+            if exchange.keyed_by == Keying.REQUEST:
+                by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
+            elif exchange.keyed_by != Keying.SEQUENCE:
+                by_alias.setdefault((exchange.provider, exchange.keyed_by, exchange.digest),
+                                    []).append(exchange)
             by_scenario.setdefault(exchange.scenario, []).append(exchange)
+            scenario_meta = exchange.meta.get("scenario_info")
+            if isinstance(scenario_meta, dict):
+                info.setdefault(exchange.scenario, scenario_meta)
         self.exchanges = exchanges
         self.by_digest = by_digest
         self.by_scenario = by_scenario
+        self.by_alias = by_alias
+        keyings: dict[str, set[str]] = {}
+        for provider, keyed_by, _ in by_alias:
+            keyings.setdefault(provider, set()).add(keyed_by)
+        self.alias_keyings = {p: frozenset(k) for p, k in keyings.items()}
+        self.scenario_info = info
+        self.sequence_scenarios = {
+            scenario: _model(members[0])
+            for scenario, members in by_scenario.items()
+            if all(e.keyed_by == Keying.SEQUENCE for e in members)
+        }
 
     def add(self, exchange: Exchange) -> None:
-        self._index([*self.exchanges, exchange])
+        """Add one exchange (a new recording) at the end, without reloading."""
+        self.exchanges.append(exchange)
+        self.by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
+        self.by_scenario.setdefault(exchange.scenario, []).append(exchange)
 
     def models(self) -> list[str]:
         found: set[str] = set()
@@ -238,15 +294,23 @@ class RecordingStore:
             {"name": e.name, "scenario": e.scenario, "provider": e.provider, "digest": e.digest,
              "model": e.request.body.get("model"), "stream": e.response.stream,
              "status": e.response.status, "source": e.source,
-             "description": e.meta.get("description")}
+             "description": e.meta.get("description"), "keyed_by": e.keyed_by,
+             "format": e.meta.get("format", "chaosllm")}
             for e in self.exchanges
         ]
 
 
-def _json_files(root: Path) -> list[Path]:
+def _model(exchange: Exchange) -> str | None:
+    model = exchange.request.body.get("model") if isinstance(exchange.request.body, dict) \
+        else None
+    return model if isinstance(model, str) else None
+
+
+def recording_files(root: Path) -> list[Path]:
+    """The recording files under `root` (JSON, and YAML cassettes), in a stable order."""
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         found.extend(Path(dirpath) / f for f in sorted(filenames)
-                     if f.endswith(".json") and not f.startswith("."))
+                     if f.endswith(RECORDING_SUFFIXES) and not f.startswith("."))
     return found

@@ -56,7 +56,7 @@ def test_profile_argument_and_invalid_mode() -> None:
     with ChaosServer(profile="outage-recovers") as server:
         assert [f["type"] for f in server.faults()["armed"]] == [
             "http_503", "http_error", "empty_reply"]
-    with pytest.raises(ServerError, match="not available yet"):
+    with pytest.raises(ServerError, match="needs --upstream URL"):
         ChaosServer(mode="record")
 
 

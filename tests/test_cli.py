@@ -7,18 +7,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from chaosllm import ChaosServer
-from tests.conftest import recording, request_body
-
-CLI = [sys.executable, "-m", "chaosllm"]
+from tests.conftest import CLI, recording, request_body, serving
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -26,27 +21,6 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})})
 
 
-@contextmanager
-def serving(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # flushed at once; bounded by the test timeout
-        assert line.startswith("chaosllm listening on http://127.0.0.1:"), (
-            line, proc.stderr.read() if proc.stderr and proc.poll() is not None else "")
-        yield line.split()[-1], proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_serve_prints_its_url_serves_and_stops_on_sigterm() -> None:
@@ -90,7 +64,7 @@ def test_serve_with_profile_arms_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--recordings", "/nonexistent/dir"], "does not exist"),
-    (["--mode", "record"], "not available in this version"),
+    (["--mode", "record"], "needs --upstream URL"),
     (["--mode", "bogus"], "invalid choice 'bogus'"),
     (["--timing", "slowly"], "invalid timing"),
     (["--match", "exact,psychic"], "unknown matcher 'psychic'"),

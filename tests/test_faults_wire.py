@@ -23,7 +23,7 @@ import pytest
 from chaosllm import ChaosServer
 from chaosllm.faults import FAULT_TYPES
 from chaosllm.faults.transform import DEFAULT_GARBAGE
-from tests.conftest import recording, request_body
+from tests.conftest import CLOCK_SLACK, recording, request_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -538,7 +538,7 @@ def test_slow_stream_json_dribbles_the_body(server: ChaosServer) -> None:
     pieces = -(-len(answer_bytes()) // 200)
     assert pieces == 4
     assert wire.complete and wire.body == answer_bytes()
-    assert wire.elapsed >= pieces * 0.04
+    assert wire.elapsed >= pieces * 0.04 - CLOCK_SLACK
 
 
 def test_slow_stream_spaces_the_frames(server: ChaosServer) -> None:
@@ -546,7 +546,7 @@ def test_slow_stream_spaces_the_frames(server: ChaosServer) -> None:
     server.arm("slow_stream", delay_ms=20)
     wire = call(server, stream=True)
     assert wire.terminated and wire.frames == full.frames
-    assert wire.elapsed >= ALL_FRAMES * 0.02
+    assert wire.elapsed >= ALL_FRAMES * 0.02 - CLOCK_SLACK
 
 
 # -- stall ---------------------------------------------------------------------------------
@@ -563,7 +563,7 @@ def test_stall_json_bounded_by_max_ms(server: ChaosServer) -> None:
     server.arm("stall", max_ms=200)
     wire = call(server, stream=False)
     assert wire.status == 200 and wire.body == b"" and wire.end == EOF
-    assert wire.elapsed >= 0.2
+    assert wire.elapsed >= 0.2 - CLOCK_SLACK
 
 
 @pytest.mark.parametrize("k", [0, 2])
@@ -579,7 +579,7 @@ def test_stall_stream_bounded_by_max_ms(server: ChaosServer) -> None:
     server.arm("stall", after_chunks=2, max_ms=200)
     wire = call(server, stream=True)
     assert len(wire.frames) == 2 and wire.end == EOF and not wire.terminated
-    assert wire.elapsed >= 0.2
+    assert wire.elapsed >= 0.2 - CLOCK_SLACK
 
 
 # -- garbage -------------------------------------------------------------------------------

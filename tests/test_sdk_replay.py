@@ -15,15 +15,14 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from chaosllm import ChaosServer
 from chaosllm.providers.openai_chat import iter_frame_payloads
-from tests.conftest import all_recordings, recording, request_body
+from tests.conftest import all_recordings, openai_client, recording, request_body
 
 NAMES = all_recordings()
 
 
 @pytest.fixture
 def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
-                       timeout=10) as client:
+    with openai_client(server) as client:
         yield client
 
 

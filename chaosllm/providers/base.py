@@ -70,6 +70,10 @@ class Provider(Protocol):
     def assemble(self, frames: Sequence[str]) -> JSON:
         """The non-stream body equivalent to recorded SSE frames."""
 
+    def stream_complete(self, frames: Sequence[str]) -> bool:
+        """Whether SSE frames make a finished answer (the stream's terminator, or an error
+        event, arrived): the recorder never stores a stream cut short."""
+
     def fallback(self, body: JSON, digest: str) -> JSON:
         """A deterministic canned answer body for `--on-miss fallback`."""
 

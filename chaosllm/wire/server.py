@@ -59,7 +59,7 @@ import h11
 
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, Outcome, PlanReport, ResponsePlan
-from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, Scope
+from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, PlanAborted, Scope
 
 __all__ = ["WireServer"]
 
@@ -531,6 +531,14 @@ class _Connection:
         cycle = _Cycle(self, body, request.method == b"HEAD")
         try:
             await server.app(scope, cycle.receive, cycle.send)
+        except PlanAborted as exc:
+            # The app aborts its response on purpose (a proxied upstream dropped mid-answer):
+            # the connection closes with the message incomplete, as for a CLOSE plan.
+            logger.debug("%s", exc)
+            if not cycle.committed:
+                await self._error(500, "Internal server error", "internal_error", "server_error")
+            self.must_close = True
+            return
         except Exception:
             logger.exception("Exception in ASGI application")
             if not cycle.committed:

@@ -1,0 +1,320 @@
+"""``chaosllm doctor``: what is wrong with a recordings directory, before a test finds out.
+
+`diagnose` reads every file the server would load (native recordings and the
+other formats of `chaosllm.formats`) and reports, per file:
+
+=====================  ========  ===========================================================
+check                  severity  what it means
+=====================  ========  ===========================================================
+unreadable             error     the file cannot be parsed (bad JSON/YAML, a malformed
+                                 recording, fixture, trace or cassette)
+unknown_format         error     a ``.json``/``.yaml`` file in none of the formats
+stale_digest           error     the digest written in the file conflicts with the one its
+                                 request hashes to (for a hash-keyed fixture:
+                                 ``request_digest`` is not the file name)
+duplicate              warning   the same request recorded more than once with the same
+                                 answer: all but the first are dead weight
+ambiguous              warning   the same request recorded in several scenarios with
+                                 different answers: which one is served depends on the
+                                 active scenario and on order
+orphan_tool_call       error     a recorded conversation has a tool call no tool message
+                                 answers (or a tool message answering none, or null tool
+                                 content); a trace turn ends on a tool_calls step, or a
+                                 step's expected_tool_results answer no earlier call
+never_matches          error     a recording no request can reach: its request is one the
+                                 server refuses before matching (invalid for the provider,
+                                 an unknown endpoint), or it holds a key-shaped secret that
+                                 incoming requests are redacted of before keying
+schema_mismatch        error     a structured answer that does not match its own request's
+                                 ``json_schema`` (replay refuses it: re-record it)
+malformed_tool_args    warning   an answer's tool-call arguments are not valid JSON
+unredacted_secret      error     a string shaped like an API key, or a credential header
+                                 with a value, is stored in the file
+=====================  ========  ===========================================================
+
+Exit status of the command: 1 when there is an error (or, with ``--strict``, a
+warning), else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaosllm.errors import InvalidRequest, RecordingError, UnknownFormat
+from chaosllm.formats import read_data, read_file
+from chaosllm.model import JSON, Exchange, Keying
+from chaosllm.providers import PROVIDERS
+from chaosllm.record.redact import KEY_PATTERNS, REDACTED, SECRET_HEADERS, Redactor
+from chaosllm.store import recording_files
+from chaosllm.structured import answer_schema_problem
+from chaosllm.validator import validate_conversation
+
+__all__ = ["CHECKS", "Problem", "Report", "diagnose"]
+
+CHECKS = ("unreadable", "unknown_format", "stale_digest", "duplicate", "ambiguous",
+          "orphan_tool_call", "never_matches", "schema_mismatch", "malformed_tool_args",
+          "unredacted_secret")
+
+_KEY = re.compile("|".join(KEY_PATTERNS))
+_PAIRING = ("orphan_tool_call", "orphan_tool_result", "null_tool_content")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: str
+    """``error`` or ``warning``."""
+    check: str
+    path: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"severity": self.severity, "check": self.check, "path": self.path,
+                "message": self.message}
+
+
+@dataclass
+class Report:
+    dirs: list[str]
+    files: int = 0
+    recordings: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    def ok(self, *, strict: bool = False) -> bool:
+        return not self.errors and not (strict and self.warnings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dirs": self.dirs, "files": self.files, "recordings": self.recordings,
+                "errors": len(self.errors), "warnings": len(self.warnings),
+                "problems": [p.to_json() for p in self.problems]}
+
+    def render(self) -> str:
+        lines = [f"{p.severity:<7} {p.path}: [{p.check}] {p.message}" for p in self.problems]
+        lines.append(f"doctor: {self.files} files, {self.recordings} recordings in "
+                     f"{', '.join(self.dirs)}: {len(self.errors)} errors, "
+                     f"{len(self.warnings)} warnings")
+        return "\n".join(lines)
+
+
+def _mask(secret: str) -> str:
+    return f"{secret[:6]}...{secret[-4:]}" if len(secret) > 12 else secret[:3] + "..."
+
+
+def _secret_problems(path: str, text: str, data: JSON) -> list[Problem]:
+    problems = []
+    for match in _KEY.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        problems.append(Problem("error", "unredacted_secret", path,
+                                f"line {line}: a string shaped like an API key "
+                                f"({_mask(match.group(0))}) is stored: redact it "
+                                f"({REDACTED}) and rotate the key"))
+    for where, value in _credential_headers(data, "$"):
+        problems.append(Problem("error", "unredacted_secret", path,
+                                f"{where}: the credential header holds a value "
+                                f"({_mask(value)}): remove it or filter it when recording "
+                                f"(vcrpy: filter_headers=['authorization'])"))
+    return problems
+
+
+def _credential_headers(data: JSON, where: str) -> Iterable[tuple[str, str]]:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            at = f"{where}.{key}"
+            if isinstance(key, str) and key.lower() in SECRET_HEADERS:
+                for item in value if isinstance(value, list) else [value]:
+                    if isinstance(item, str) and item.strip() and REDACTED not in item \
+                            and not _KEY.search(item):  # key shapes are reported already
+                        yield at, item
+            else:
+                yield from _credential_headers(value, at)
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            yield from _credential_headers(item, f"{where}[{i}]")
+
+
+def _exchange_problems(exchange: Exchange) -> list[Problem]:
+    path = exchange.source or exchange.name
+    where = f"{exchange.name}: " if exchange.keyed_by == Keying.SEQUENCE or \
+        exchange.meta.get("format") == "vcr" else ""
+    problems: list[Problem] = []
+    provider = PROVIDERS[exchange.provider]
+    if exchange.stored_digest is not None and exchange.stored_digest != exchange.digest:
+        if exchange.keyed_by == Keying.HASH_KEYED:
+            message = (f"the file's request_digest {exchange.stored_digest[:16]}... conflicts "
+                       f"with its name ({exchange.digest[:16]}...), which is what it is keyed "
+                       f"by: rename the file or fix request_digest")
+        else:
+            message = (f"the file's digest {exchange.stored_digest[:16]}... conflicts with its "
+                       f"request ({exchange.digest[:16]}...): the request was edited after "
+                       f"recording; re-record it, or fix the digest if the edit is meant")
+        problems.append(Problem("error", "stale_digest", path, where + message))
+    body = exchange.request.body
+    if exchange.keyed_by == Keying.REQUEST:
+        paths = getattr(provider, "paths", ())
+        if paths and exchange.request.path not in paths:
+            problems.append(Problem(
+                "error", "never_matches", path,
+                f"{where}request.path {exchange.request.path!r} is not an endpoint of "
+                f"{provider.name} ({', '.join(paths)})"))
+        try:
+            provider.validate(body)
+        except InvalidRequest as exc:
+            problems.append(Problem(
+                "error", "never_matches", path,
+                f"{where}its request is one the server refuses before matching (400): "
+                f"{exc.message}"))
+        if Redactor().body(body) != body:
+            problems.append(Problem(
+                "error", "never_matches", path,
+                f"{where}its request holds a key-shaped secret; incoming requests are "
+                f"redacted before keying, so none can match it"))
+        for finding in validate_conversation(body):
+            if finding.check in _PAIRING:
+                problems.append(Problem("error", "orphan_tool_call", path,
+                                        f"{where}recorded request: {finding.message}"))
+        if exchange.response.status < 400:
+            mismatch = answer_schema_problem(body, exchange.response.body)
+            if mismatch is not None:
+                problems.append(Problem(
+                    "error", "schema_mismatch", path,
+                    f"{where}the recorded answer {mismatch}: replay refuses it; re-record it"))
+    for call in _tool_calls(exchange.response.body):
+        arguments = (call.get("function") or {}).get("arguments")
+        if isinstance(arguments, str):
+            try:
+                json.loads(arguments or "{}")
+            except json.JSONDecodeError as exc:
+                problems.append(Problem(
+                    "warning", "malformed_tool_args", path,
+                    f"{where}tool call {call.get('id')!r} has arguments that are not JSON "
+                    f"({exc.msg}): fine if recorded on purpose"))
+    return problems
+
+
+def _tool_calls(answer: JSON) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    if isinstance(answer, dict):
+        for choice in answer.get("choices") or ():
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if isinstance(message, dict) and isinstance(message.get("tool_calls"), list):
+                calls.extend(c for c in message["tool_calls"] if isinstance(c, dict))
+    return calls
+
+
+def _trace_problems(steps: Sequence[Exchange]) -> list[Problem]:
+    """A trace's tool calls must be consumed by a later step of their turn, and the tool
+    results a step expects must answer calls an earlier step made."""
+    problems: list[Problem] = []
+    made: set[str] = set()
+    for i, step in enumerate(steps):
+        path = step.source or step.name
+        expected = step.meta.get("expected_tool_results")
+        if isinstance(expected, list):
+            for item in expected:
+                call_id = item.get("tool_call_id") if isinstance(item, dict) else None
+                if call_id not in made:
+                    problems.append(Problem(
+                        "error", "orphan_tool_call", path,
+                        f"{step.name}: expected_tool_results names tool call {call_id!r}, "
+                        f"which no earlier step made"))
+        ids = [c.get("id") for c in _tool_calls(step.response.body)]
+        if not ids:
+            continue
+        made.update(i for i in ids if isinstance(i, str))
+        following = steps[i + 1] if i + 1 < len(steps) else None
+        turn = step.meta.get("trace", {}).get("turn")
+        if following is None or following.meta.get("trace", {}).get("turn") != turn:
+            problems.append(Problem(
+                "error", "orphan_tool_call", path,
+                f"{step.name}: the turn ends on a tool_calls step ({', '.join(map(str, ids))}):"
+                f" no later step consumes their results (end each turn with a text step)"))
+            continue
+        answered = following.meta.get("expected_tool_results")
+        if isinstance(answered, list):
+            got = {a.get("tool_call_id") for a in answered if isinstance(a, dict)}
+            missing = [i for i in ids if i not in got]
+            if missing:
+                problems.append(Problem(
+                    "warning", "orphan_tool_call", path,
+                    f"{following.name}: expected_tool_results has no result for tool call(s) "
+                    f"{', '.join(map(str, missing))} of the step before"))
+    return problems
+
+
+def _key_problems(exchanges: Sequence[Exchange]) -> list[Problem]:
+    groups: dict[tuple[str, str, str], list[Exchange]] = {}
+    for exchange in exchanges:
+        if exchange.keyed_by != Keying.SEQUENCE:
+            key = (exchange.provider, exchange.keyed_by, exchange.digest)
+            groups.setdefault(key, []).append(exchange)
+    problems: list[Problem] = []
+    for (_, _, digest), members in groups.items():
+        if len(members) < 2:
+            continue
+        first = members[0]
+        for other in members[1:]:
+            if other.response.body == first.response.body:
+                problems.append(Problem(
+                    "warning", "duplicate", other.source or other.name,
+                    f"{other.name} records the same request (digest {digest[:16]}...) with "
+                    f"the same answer as {first.name} ({first.source}): delete one"))
+            elif other.scenario != first.scenario:
+                problems.append(Problem(
+                    "warning", "ambiguous", other.source or other.name,
+                    f"{other.name} records the same request (digest {digest[:16]}...) as "
+                    f"{first.name} ({first.source}) with a different answer, in another "
+                    f"scenario: which one is served depends on the active scenario"))
+    return problems
+
+
+def diagnose(dirs: Sequence[Path]) -> Report:
+    """Every problem of the recordings directories `dirs` (see the module docstring)."""
+    report = Report(dirs=[str(d) for d in dirs])
+    exchanges: list[Exchange] = []
+    for root in map(Path, dirs):
+        if not root.is_dir():
+            report.problems.append(Problem("error", "unreadable", str(root),
+                                           "not a directory"))
+            continue
+        for path in recording_files(root):
+            report.files += 1
+            source = str(path)
+            try:
+                text = path.read_text("utf-8")
+                data = read_data(path)
+            except (OSError, UnicodeDecodeError) as exc:
+                report.problems.append(Problem("error", "unreadable", source,
+                                               f"cannot read: {exc}"))
+                continue
+            except RecordingError as exc:
+                report.problems.append(Problem("error", "unreadable", source, exc.problem))
+                continue
+            report.problems.extend(_secret_problems(source, text, data))
+            try:
+                found = read_file(path, root=root)
+            except UnknownFormat as exc:
+                report.problems.append(Problem("error", "unknown_format", source, exc.problem))
+                continue
+            except RecordingError as exc:
+                report.problems.append(Problem("error", "unreadable", source, exc.problem))
+                continue
+            for exchange in found:
+                report.problems.extend(_exchange_problems(exchange))
+            if found and found[0].keyed_by == Keying.SEQUENCE:
+                report.problems.extend(_trace_problems(found))
+            exchanges.extend(found)
+    report.recordings = len(exchanges)
+    report.problems.extend(_key_problems(exchanges))
+    return report

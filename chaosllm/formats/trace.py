@@ -1,0 +1,194 @@
+"""Trace fixtures (seeds/trace-fixtures.md): ordered LLM answers, replayed in order.
+
+A trace is ``{"model_name": ..., "turns": [{"user_input": ..., "steps": [...]}]}``
+or, in the legacy flat format, ``{"model_name": ..., "steps": [...]}`` (one turn
+with a placeholder user message). Each step's ``response`` is ``text``,
+``tool_calls`` or ``user_input``; ``user_input`` steps are markers of what the
+user said, not LLM calls, and are skipped. Every other step becomes one
+exchange, and the file one scenario whose exchanges are in call order
+(`Keying.SEQUENCE`: a trace records answers, not requests, so only the sequence
+matcher serves them -- the next unserved step of the session's trace, chosen
+without ``POST /__scenario`` when the request's model is the trace's
+``model_name`` or when only one trace is loaded).
+
+What a step says about the request it answers is kept in the exchange's meta
+and checked on replay (`chaosllm.oracle`): ``request_hint`` (soft: a warning
+finding in the journal) and ``expected_tool_results`` (compared with the tool
+messages of the request: a finding when one is missing or changed). What the
+trace says about the whole run -- ``memory_snapshot``, ``http_exchanges``,
+``expects`` and each turn's ``user_input`` and ``expects`` -- is kept in the
+first exchange's ``meta["scenario_info"]`` (`RecordingStore.scenario_info`,
+``GET /__recordings``), and so survives ``chaosllm import``.
+
+Answers are ``chat.completion`` bodies: ``text`` as the message content with
+``finish_reason: "stop"``, ``tool_calls`` as OpenAI tool calls (arguments
+serialised to a JSON string) with ``finish_reason: "tool_calls"``, and
+``input_tokens``/``output_tokens`` as the usage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from typing import Any
+
+from chaosllm.errors import RecordingError
+from chaosllm.model import JSON, Exchange, Keying, RecordedRequest, RecordedResponse
+
+__all__ = ["looks_like", "parse"]
+
+PLAYABLE = ("text", "tool_calls")
+
+
+def looks_like(data: JSON) -> bool:
+    return (isinstance(data, dict) and "chaosllm" not in data and "request" not in data
+            and (isinstance(data.get("turns"), list) or isinstance(data.get("steps"), list)))
+
+
+def _require(cond: bool, source: str, problem: str) -> None:
+    if not cond:
+        raise RecordingError(source, problem)
+
+
+def _tool_calls(calls: Any, source: str, where: str) -> list[dict[str, Any]]:
+    _require(isinstance(calls, list) and bool(calls), source,
+             f"{where}.tool_calls must be a non-empty array")
+    result = []
+    for i, call in enumerate(calls):
+        at = f"{where}.tool_calls[{i}]"
+        _require(isinstance(call, dict), source, f"{at} must be an object")
+        _require(isinstance(call.get("id"), str) and bool(call["id"]), source,
+                 f"{at}.id must be a string")
+        _require(isinstance(call.get("name"), str) and bool(call["name"]), source,
+                 f"{at}.name must be a string")
+        arguments = call.get("arguments", {})
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+        result.append({"id": call["id"], "type": "function",
+                       "function": {"name": call["name"], "arguments": arguments}})
+    return result
+
+
+def _tokens(response: dict[str, Any], key: str, source: str, where: str) -> int:
+    value = response.get(key, 0)
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, source,
+             f"{where}.{key} must be a non-negative integer")
+    assert isinstance(value, int)
+    return value
+
+
+def _answer(response: dict[str, Any], *, model: str, answer_id: str, source: str,
+            where: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    if response["type"] == "text":
+        content = response.get("content")
+        _require(isinstance(content, str), source, f"{where}.content must be a string")
+        message["content"] = content
+        finish = "stop"
+    else:
+        message["tool_calls"] = _tool_calls(response.get("tool_calls"), source, where)
+        finish = "tool_calls"
+    prompt = _tokens(response, "input_tokens", source, where)
+    completion = _tokens(response, "output_tokens", source, where)
+    return {
+        "id": answer_id, "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion},
+    }
+
+
+def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
+    """The exchanges of one trace file, in call order: one per ``text``/``tool_calls`` step."""
+    _require(looks_like(data), source,
+             'a trace fixture is an object with "model_name" and "turns" (or "steps")')
+    model = data.get("model_name")
+    _require(isinstance(model, str) and bool(model), source,
+             '"model_name" is required (a string, e.g. "spot-tool-echo")')
+    assert isinstance(model, str)
+    legacy = "turns" not in data
+    if legacy:
+        turns: Any = [{"user_input": None, "steps": data["steps"]}]
+    else:
+        turns = data["turns"]
+        _require(isinstance(turns, list), source, '"turns" must be an array')
+    for key in ("memory_snapshot", "http_exchanges"):
+        _require(isinstance(data.get(key, []), list), source, f'"{key}" must be an array')
+    _require(isinstance(data.get("expects", {}), dict), source, '"expects" must be an object')
+
+    exchanges: list[Exchange] = []
+    turn_info: list[dict[str, Any]] = []
+    stem = hashlib.sha256(f"{scenario}\0{model}".encode()).hexdigest()[:16]
+    for t, turn in enumerate(turns):
+        where_turn = "steps" if legacy else f"turns[{t}]"
+        _require(isinstance(turn, dict), source, f"{where_turn} must be an object")
+        user_input = turn.get("user_input")
+        _require(legacy or isinstance(user_input, str), source,
+                 f"{where_turn}.user_input must be a string")
+        steps = turn.get("steps")
+        _require(isinstance(steps, list), source, f"{where_turn}.steps must be an array")
+        _require(isinstance(turn.get("expects", {}), dict), source,
+                 f"{where_turn}.expects must be an object")
+        turn_info.append({"user_input": user_input, "expects": turn.get("expects"),
+                          "calls": 0})
+        said = user_input
+        for s, step in enumerate(steps):
+            where = f"{where_turn}[{s}]" if legacy else f"{where_turn}.steps[{s}]"
+            _require(isinstance(step, dict) and isinstance(step.get("response"), dict), source,
+                     f'{where} must be an object with a "response" object')
+            response = step["response"]
+            kind = response.get("type")
+            _require(kind in (*PLAYABLE, "user_input"), source,
+                     f'{where}.response.type must be "text", "tool_calls" or "user_input", '
+                     f"got {kind!r}")
+            if kind == "user_input":
+                said = response.get("content") if isinstance(response.get("content"), str) \
+                    else said
+                continue
+            call = len(exchanges) + 1
+            hint = step.get("request_hint")
+            _require(hint is None or isinstance(hint, dict), source,
+                     f"{where}.request_hint must be an object")
+            expected = step.get("expected_tool_results")
+            _require(expected is None or (isinstance(expected, list) and all(
+                isinstance(e, dict) and isinstance(e.get("tool_call_id"), str)
+                for e in expected)), source,
+                f"{where}.expected_tool_results must be an array of objects with a "
+                f"tool_call_id")
+            answer = _answer(response, model=model, answer_id=f"chatcmpl-trace-{stem}-{call}",
+                             source=source, where=f"{where}.response")
+            messages = [{"role": "user", "content": said}] if said is not None else []
+            meta: dict[str, Any] = {
+                "format": "trace",
+                "description": f"trace {model}: LLM call {call} (turn {t + 1}, step {s + 1})",
+                "trace": {"model_name": model, "turn": t, "step": s, "call": call,
+                          "user_input": said},
+            }
+            if hint is not None:
+                meta["request_hint"] = hint
+            if expected is not None:
+                meta["expected_tool_results"] = expected
+            turn_info[-1]["calls"] += 1
+            exchanges.append(Exchange(
+                provider="openai.chat",
+                request=RecordedRequest(method="POST", path="/v1/chat/completions",
+                                        body={"model": model, "messages": messages}),
+                response=RecordedResponse(status=200, body=answer),
+                digest=hashlib.sha256(f"{stem}\0{call}".encode()).hexdigest(),
+                name=f"{scenario}/{call:04d}",
+                scenario=scenario,
+                meta=meta,
+                source=source,
+                keyed_by=Keying.SEQUENCE,
+            ))
+    _require(bool(exchanges), source,
+             'the trace has no "text" or "tool_calls" step: nothing to replay')
+    info = {"format": "trace", "model_name": model, "layout": "steps" if legacy else "turns",
+            "calls": len(exchanges), "turns": turn_info,
+            "memory_snapshot": data.get("memory_snapshot", []),
+            "http_exchanges": data.get("http_exchanges", []),
+            "expects": data.get("expects")}
+    exchanges[0] = replace(exchanges[0], meta={**exchanges[0].meta, "scenario_info": info})
+    return exchanges

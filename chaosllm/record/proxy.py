@@ -1,0 +1,768 @@
+"""The recording / passthrough proxy: forward a provider request to the real upstream.
+
+Theory of operation
+-------------------
+`ProxyCall` is the ASGI response of a proxied request. It sends the client's
+request body bytes unchanged to the upstream (`Upstream`: keep-alive
+connections per event loop through chaosllm's h11 client, or httpx when an
+HTTP proxy must be used; see `chaosllm.record.client` for why), with the
+client's headers minus hop-by-hop ones, ``Host`` and ``Content-Length``
+(recomputed) and ``Accept-Encoding`` (set to ``identity``, so that the bytes
+the recorder sees are the bytes the model wrote); credentials are forwarded
+upstream and never stored. (The wire server reads a request body whole before
+the app runs, so the request is streamed upstream from memory.)
+
+Without an armed fault the answer streams through untouched: upstream's
+status, headers (minus hop-by-hop ones) and raw body bytes go to the client
+as they arrive. Meanwhile an SSE body is split into events at blank lines
+(``\\n\\n``, ``\\r\\n\\r\\n``), each kept with its exact text and the gap before
+it. At a clean end the exchange is assembled by the provider, redacted and
+handed to the recorder (in a worker thread: the file is written and fsynced)
+*before* the response is completed, so a client that repeats the request gets
+the recording (``record-missing``). A recording that cannot be written is
+logged as an error; the answer still reaches the client.
+
+When a fault on the board may fire on the request, the answer is read whole
+instead and turned into a `ResponsePlan` (the upstream's status, headers and
+exact frames or body); the fault hook applies the fault to it as it does to a
+replayed plan, and the wire executes the plan. What is recorded is always the
+upstream's real answer, never the faulted one.
+
+The environment's failures reach the client as they happened and nothing is
+written: an upstream that cannot be reached gives a 502 (504 when it times
+out) in the provider's error envelope naming the upstream; an upstream that
+closes or resets the connection before answering gives an empty reply or a
+reset; an upstream that drops the connection mid-answer gives the client the
+same bytes and then a dropped connection (the response is aborted, so the
+body is incomplete on the wire), and no recording: an incomplete exchange is
+never written, so it can never be served as if it were an answer. A stream
+that ends cleanly but without its terminator (``[DONE]``) is passed on as it
+is and not recorded either. A client that goes away mid-answer cancels the
+upstream request (its connection is closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import ssl
+import time
+import urllib.request
+import weakref
+import zlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+import httpx
+
+from chaosllm.errors import ChaosLLMError
+from chaosllm.journal import JournalEntry
+from chaosllm.model import (
+    JSON,
+    Ending,
+    Exchange,
+    Framing,
+    Outcome,
+    Piece,
+    RecordedChunk,
+    RecordedRequest,
+    RecordedResponse,
+    ResponsePlan,
+)
+from chaosllm.providers.base import ErrorKind, Provider
+from chaosllm.record.client import (
+    ClosedBeforeAnswer,
+    ConnectFailed,
+    DroppedMidAnswer,
+    H11Pool,
+    ResetBeforeAnswer,
+    Timeouts,
+    UpstreamError,
+    UpstreamTimeout,
+    default_ssl_context,
+)
+from chaosllm.record.redact import Redactor, kept_response_headers
+from chaosllm.wire.asgi import PlanAborted, Receive, Scope, Send, send_plan
+
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "HOP_BY_HOP",
+    "Answer",
+    "FrameSplitter",
+    "NotRecordable",
+    "ProxyCall",
+    "Upstream",
+    "recorded_exchange",
+]
+
+log = logging.getLogger("chaosllm")
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+    "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})
+_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect"}
+_FRAMING = frozenset({"content-length"})
+
+DEFAULT_TIMEOUTS = Timeouts(connect=10.0, read=600.0, write=60.0)
+"""Reads may wait long: a model can think for minutes before its first token."""
+
+FaultHook = Callable[[ResponsePlan, JSON], ResponsePlan]
+"""Applies the fault that fires (if any) to the plan of an upstream answer."""
+Recorder = Callable[[Exchange], Exchange]
+"""Writes an exchange and adds it to the live store; the exchange as stored."""
+
+
+class NotRecordable(Exception):
+    """An upstream answer that is not written (the reason is the message)."""
+
+
+# -- the upstream --------------------------------------------------------------------
+
+
+class Answer(Protocol):
+    """An upstream answer whose head has arrived (either transport)."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+
+    finished: bool
+    """The whole body has been read (set before `aiter_raw` yields its last bytes)."""
+
+    def header(self, name: str) -> str | None: ...
+
+    def available(self) -> tuple[bytes, bool]:
+        """The body bytes already received, without waiting, and whether that is all of
+        it (then `aiter_raw` yields nothing more)."""
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; `DroppedMidAnswer` if it stops before its end."""
+
+    async def aclose(self) -> None: ...
+
+
+class Upstream:
+    """The real provider: its base URL and the connections that talk to it.
+
+    `transport` ``auto`` uses chaosllm's own h11 client (`chaosllm.record.client`), or
+    httpx when the environment routes the upstream through an HTTP proxy
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``)."""
+
+    def __init__(self, url: str, *, timeouts: Timeouts = DEFAULT_TIMEOUTS,
+                 transport: str = "auto") -> None:
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise ValueError(f"invalid upstream URL {url!r}: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"invalid upstream URL {url!r}: expected http(s)://HOST[:PORT]"
+                             f"[/PATH], e.g. https://api.openai.com")
+        if transport not in ("auto", "h11", "httpx"):
+            raise ValueError(f"invalid transport {transport!r}: auto, h11 or httpx")
+        self.url = url
+        self._parsed = parsed
+        self._prefix = parsed.path.rstrip("/")
+        self._netloc = parsed.netloc
+        self.display = f"{parsed.scheme}://{parsed.netloc.decode('ascii')}{self._prefix}"
+        """The URL without credentials or query: what messages and recordings name."""
+        self.timeouts = timeouts
+        if transport == "auto":
+            transport = "httpx" if _proxied(parsed.scheme, parsed.host) else "h11"
+        self.transport = transport
+        self._ssl: ssl.SSLContext | None = None
+        self._pools: weakref.WeakKeyDictionary[Any, H11Pool] = weakref.WeakKeyDictionary()
+        self._clients: weakref.WeakKeyDictionary[Any, httpx.AsyncClient] = \
+            weakref.WeakKeyDictionary()
+
+    def target(self, path: str, query: bytes = b"") -> bytes:
+        """The upstream request target of a request path (an upstream given as
+        ``.../v1`` is not doubled: ``/v1/chat/completions`` goes to
+        ``.../v1/chat/completions``)."""
+        if self._prefix.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
+            path = path[3:]
+        raw = (self._prefix + path).encode("utf-8")
+        return raw + b"?" + query if query else raw
+
+    async def send(self, method: str, path: str, query: bytes,
+                   headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Answer:
+        """Send a request; its answer once the head has arrived. Raises the
+        `chaosllm.record.client.UpstreamError` subclass that says how it failed."""
+        target = self.target(path, query)
+        forwarded = forwarded_headers(headers)
+        if self.transport == "httpx":
+            return await self._send_httpx(method, target, forwarded, body)
+        loop = _running_loop()
+        pool = self._pools.get(loop)
+        if pool is None or pool.closed:
+            if self._parsed.scheme == "https" and self._ssl is None:
+                self._ssl = default_ssl_context()
+            pool = self._pools[loop] = H11Pool(
+                self._parsed.scheme, self._parsed.host, self._parsed.port or
+                (443 if self._parsed.scheme == "https" else 80), timeouts=self.timeouts,
+                ssl_context=self._ssl)
+        return await pool.send(method, target, [(b"host", self._netloc), *forwarded], body)
+
+    async def _send_httpx(self, method: str, target: bytes,
+                          headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+        loop = _running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            t = self.timeouts
+            client = self._clients[loop] = httpx.AsyncClient(
+                timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write,
+                                      pool=t.connect),
+                follow_redirects=False, trust_env=True)
+        request = client.build_request(method, self._parsed.copy_with(raw_path=target),
+                                       headers=headers, content=body)
+        try:
+            response = await client.send(request, stream=True)
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise UpstreamTimeout(_reason(exc)) from None
+        except (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.ProxyError) as exc:
+            raise ConnectFailed(_reason(exc)) from None
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(_reason(exc)) from None
+        except httpx.ReadError as exc:
+            raise ResetBeforeAnswer(_reason(exc)) from None
+        except httpx.TransportError as exc:
+            raise ClosedBeforeAnswer(_reason(exc)) from None
+        return _HttpxAnswer(response)
+
+    async def aclose(self) -> None:
+        """Close the connections of the running event loop (server shutdown)."""
+        loop = _running_loop()
+        pool = self._pools.pop(loop, None)
+        if pool is not None:
+            await pool.aclose()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+
+class _HttpxAnswer:
+    """An httpx response as an `Answer`."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = list(response.headers.raw)
+        self.finished = False
+
+    def available(self) -> tuple[bytes, bool]:
+        return b"", False
+
+    def header(self, name: str) -> str | None:
+        value: str | None = self._response.headers.get(name)
+        return value
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.TransportError as exc:
+            raise DroppedMidAnswer(_reason(exc)) from None
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+def _proxied(scheme: str, host: str) -> bool:
+    """Whether the environment sends requests for this upstream through a proxy."""
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(host)
+
+
+def _running_loop() -> Any:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # pragma: no cover - not under asyncio (trio): one slot
+        return _running_loop
+
+
+def forwarded_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's request headers as sent upstream."""
+    out = [(name, value) for name, value in headers
+           if (lowered := name.decode("latin-1").lower()) not in _NOT_FORWARDED
+           and not lowered.startswith("x-chaosllm-")]
+    out.append((b"accept-encoding", b"identity"))
+    return out
+
+
+# -- SSE framing ---------------------------------------------------------------------
+
+_BOUNDARY_MARKS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+_LF_MARK = (b"\n\n",)
+
+
+class FrameSplitter:
+    """Splits a raw SSE byte stream into events (each with its terminating blank line),
+    timing each by the arrival of the bytes that completed it."""
+
+    __slots__ = ("_buffer", "_last", "frames", "keep")
+
+    def __init__(self, start: float, *, keep: bool = True) -> None:
+        self._buffer = bytearray()
+        self._last = start
+        self.keep = keep
+        self.frames: list[tuple[bytes, float]] = []
+        """(exact bytes, milliseconds since the previous frame or the head)."""
+
+    def feed(self, data: bytes, now: float) -> int:
+        """Take the next bytes; how many frames they completed."""
+        buffer = self._buffer
+        search = max(0, len(buffer) - 3)
+        buffer += data
+        marks = _BOUNDARY_MARKS if b"\r" in buffer else _LF_MARK
+        cut = count = 0
+        while True:
+            end = -1
+            for mark in marks:
+                at = buffer.find(mark, search)
+                if at != -1 and (end == -1 or at + len(mark) < end):
+                    end = at + len(mark)
+            if end == -1:
+                break
+            if self.keep:
+                self.frames.append((bytes(buffer[cut:end]), (now - self._last) * 1000.0))
+            self._last = now
+            count += 1
+            cut = search = end
+        if cut:
+            del buffer[:cut]
+        return count
+
+    def finish(self) -> None:
+        """End of stream: bytes after the last blank line join the last frame, so that
+        the frames always add up to the body."""
+        if self._buffer and self.keep:
+            if self.frames:
+                data, delay = self.frames[-1]
+                self.frames[-1] = (data + bytes(self._buffer), delay)
+            else:
+                self.frames.append((bytes(self._buffer), 0.0))
+        self._buffer.clear()
+
+
+def _decode(data: bytes, encoding: str) -> bytes:
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return data
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        try:
+            return zlib.decompress(data)
+        except zlib.error:
+            return zlib.decompress(data, -zlib.MAX_WBITS)
+    raise NotRecordable(f"the upstream answered with Content-Encoding {encoding!r}, "
+                        f"which the recorder cannot decode")
+
+
+def _is_sse(response: Answer) -> bool:
+    return (response.header("content-type") or "").lower().startswith("text/event-stream")
+
+
+# -- what is recorded ----------------------------------------------------------------
+
+
+def recorded_exchange(
+    provider: Provider, *, method: str, path: str, body: JSON, status: int,
+    headers: Sequence[tuple[str, str]], frames: Sequence[tuple[bytes, float]] | None,
+    content: bytes | None, upstream: str, redactor: Redactor,
+) -> Exchange:
+    """The exchange to record from an upstream answer that completed (`frames` for an SSE
+    body, else `content`); `NotRecordable` says why one is not recorded. `body` is the
+    request body, already redacted."""
+    chunks: tuple[RecordedChunk, ...] | None = None
+    if frames is not None:
+        try:
+            texts = [data.decode("utf-8") for data, _ in frames]
+        except UnicodeDecodeError as exc:
+            raise NotRecordable(f"the stream is not UTF-8: {exc}") from None
+        if not provider.stream_complete(texts):
+            raise NotRecordable("the stream ended without its terminator ([DONE] or an error "
+                                "event): an incomplete answer is never recorded")
+        chunks = tuple(RecordedChunk(redactor.text(text), round(delay, 3))
+                       for text, (_, delay) in zip(texts, frames, strict=True))
+        try:
+            answer = redactor.body(provider.assemble(texts))
+            if provider.assemble([c.data for c in chunks]) != answer:
+                # A secret spans frames (a model streams a key a few characters at a
+                # time): no frame shows it whole, so only the redacted answer is kept,
+                # and replay renders frames from it.
+                chunks = None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise NotRecordable(f"the stream cannot be assembled: {exc}") from None
+        stream = True
+    else:
+        stream = False
+        try:
+            answer = redactor.body(json.loads(content or b""))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise NotRecordable(f"the upstream's {status} answer is not JSON "
+                                f"(not an answer of the model's)") from None
+    return Exchange(
+        provider=provider.name,
+        request=RecordedRequest(method=method, path=path, body=body),
+        response=RecordedResponse(status=status, body=answer, stream=stream,
+                                  chunks=chunks, headers=kept_response_headers(headers)),
+        digest=provider.digest(body),
+        name="(unsaved)",
+        scenario="(unsaved)",
+        meta={"recorded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "upstream": upstream},
+    )
+
+
+# -- the proxied response ------------------------------------------------------------
+
+
+class _End(enum.Enum):
+    COMPLETE = "complete"
+    ABORT = "abort"
+
+
+@dataclass
+class _Call:
+    gone: bool = False
+    end: _End | None = None
+    plan: ResponsePlan | None = None
+    error: Exception | None = None
+    finishing: bool = False
+    """The last message is being sent: a disconnect from now on is the normal end."""
+
+
+@dataclass
+class ProxyCall:
+    """The ASGI response of a request answered by the upstream (see the module doc)."""
+
+    upstream: Upstream
+    provider: Provider
+    method: str
+    path: str
+    query: bytes
+    headers: Sequence[tuple[bytes, bytes]]
+    """The client's request headers (raw)."""
+    content: bytes
+    """The client's request body, forwarded unchanged."""
+    body: JSON
+    """The request body as recorded (redacted); None when it is not a JSON object."""
+    entry: JournalEntry
+    redactor: Redactor
+    fault_hook: FaultHook | None = None
+    """Set when an armed fault may fire on this request."""
+    recorder: Recorder | None = None
+    """Set when the answer is to be recorded."""
+    timing: float = 0.0
+    """How recorded gaps scale in a faulted plan (as in replay)."""
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    _raw_extra: list[tuple[bytes, bytes]] = field(default_factory=list, init=False)
+
+    @property
+    def status_code(self) -> int:
+        return self.entry.status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._raw_extra = [(k.encode("latin-1"), v.encode("latin-1"))
+                           for k, v in self.extra_headers]
+        call = _Call()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_disconnect, receive, call, tg.cancel_scope)
+            try:
+                await self._exchange(send, call)
+            except OSError:
+                # ASGI >= 2.4 servers raise OSError from send() once the client is gone.
+                call.gone = True
+            except Exception as exc:  # re-raised below, outside the task group
+                call.error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if call.error is not None:
+            raise call.error
+        report = self.entry.report
+        if call.gone:
+            self.entry.error = self.entry.error or \
+                "the client went away: the upstream request was cancelled"
+            # Nothing more can reach the client; end the ASGI response for the server's sake.
+            with contextlib.suppress(OSError, RuntimeError):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            report.outcome = Outcome.CLIENT_GONE
+            return
+        if call.plan is not None:
+            await send_plan(scope, receive, send, call.plan, report)
+            return
+        report.outcome = Outcome.COMPLETE
+        if call.end is _End.ABORT:
+            raise PlanAborted("chaosllm: the upstream dropped the connection mid-answer; "
+                              "dropping the client's the same way")
+
+    # -- phases -------------------------------------------------------------------
+
+    async def _exchange(self, send: Send, call: _Call) -> None:
+        try:
+            response = await self.upstream.send(self.method, self.path, self.query,
+                                                self.headers, self.content)
+        except UpstreamError as exc:
+            call.plan = self._failure_plan(exc)
+            return
+        try:
+            self.entry.status = response.status
+            if self.fault_hook is not None:
+                call.plan = await self._buffered(response)
+            else:
+                call.end = await self._stream(response, send, call)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    def _failure_plan(self, exc: UpstreamError) -> ResponsePlan:
+        """What the client gets when the upstream gives no answer at all."""
+        where = self.upstream.display
+        reason = _reason(exc)
+        entry = self.entry
+        if isinstance(exc, ConnectFailed):
+            status, code = 502, "upstream_unreachable"
+            message = (f"chaosllm could not reach the upstream {where}: {reason}. Nothing was "
+                       f"recorded. Check --upstream and that the provider is reachable.")
+        elif isinstance(exc, UpstreamTimeout):
+            status, code = 504, "upstream_timeout"
+            message = f"The upstream {where} did not answer in time: {reason}. Nothing was " \
+                      f"recorded."
+        else:
+            # It accepted the request, then closed or reset the connection without an
+            # answer: the client sees the same (an empty reply, or a reset).
+            reset = isinstance(exc, ResetBeforeAnswer)
+            entry.status = 0
+            entry.error = (f"the upstream {where} {'reset' if reset else 'closed'} the "
+                           f"connection without answering ({reason}); nothing recorded")
+            log.warning("%s", entry.error)
+            return ResponsePlan(status=200, headers=(), pieces=(), send_head=False,
+                                ending=Ending.RESET if reset else Ending.CLOSE)
+        log.warning("%s", message)
+        entry.status = status
+        entry.error = message
+        plan = self.provider.render_error(status, message, kind=ErrorKind.SERVER_ERROR,
+                                          code=code)
+        return plan.with_(headers=plan.headers + self.extra_headers)
+
+    def _client_head(self, response: Answer, *, drop: frozenset[str] = frozenset()
+                     ) -> list[tuple[bytes, bytes]]:
+        return [(name, value) for name, value in response.headers
+                if (lowered := name.decode("latin-1").lower()) not in HOP_BY_HOP
+                and lowered not in drop] + self._raw_extra
+
+    async def _stream(self, response: Answer, send: Send, call: _Call) -> _End:
+        """Pass the answer through as it arrives; record it at a clean end.
+
+        When recording, the end of the answer (an SSE stream's terminator frame, or a
+        JSON body's last bytes) is held back until the recording is written: a client
+        stops reading at ``[DONE]``, and the same request sent again at once must find
+        the recording (record-missing)."""
+        entry, report = self.entry, self.entry.report
+        recording = self.recorder is not None
+        encoding = response.header("content-encoding") or "identity"
+        identity = encoding.strip().lower() in ("", "identity")
+        splitter = FrameSplitter(time.monotonic(), keep=recording) \
+            if _is_sse(response) and identity else None
+        parts: list[bytes] | None = [] if recording and splitter is None else None
+        body, complete = response.available()
+        if complete:
+            # The whole answer came with its head: one message with a Content-Length
+            # (transfer coding is hop-by-hop; the body bytes are the same), one write.
+            if splitter is not None:
+                report.frames_sent += splitter.feed(body, time.monotonic())
+                splitter.finish()
+            elif parts is not None:
+                parts.append(body)
+            if recording:
+                await self._record_stream(response, splitter, parts, encoding)
+            head = self._client_head(response, drop=_FRAMING)
+            head.append((b"content-length", b"%d" % len(body)))
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": head})
+            call.finishing = True
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            report.head_sent = True
+            report.bytes_sent += len(body)
+            return _End.COMPLETE
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": self._client_head(response)})
+        report.head_sent = True
+        held = b""
+        holding = False
+        try:
+            async for chunk in response.aiter_raw():
+                if splitter is not None:
+                    completed = splitter.feed(chunk, time.monotonic())
+                    report.frames_sent += completed
+                    if recording and not holding and completed:
+                        last = splitter.frames[-1][0].decode("utf-8", "replace")
+                        holding = self.provider.stream_complete([last])
+                elif parts is not None:
+                    parts.append(chunk)
+                    # Not a stream: each piece waits for the next, the last for the recording.
+                    chunk, held = held, chunk
+                if holding:
+                    held += chunk
+                    continue
+                if response.finished and not recording:
+                    # The last bytes: they end the message in the same write.
+                    call.finishing = True
+                    await send({"type": "http.response.body", "body": chunk,
+                                "more_body": False})
+                    report.bytes_sent += len(chunk)
+                    return _End.COMPLETE
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    report.bytes_sent += len(chunk)
+        except DroppedMidAnswer as exc:
+            entry.error = (f"the upstream {self.upstream.display} dropped the connection "
+                           f"mid-answer ({_reason(exc)}); the client's connection was dropped "
+                           f"the same way; nothing recorded")
+            log.warning("%s", entry.error)
+            if held:
+                await send({"type": "http.response.body", "body": held, "more_body": True})
+                report.bytes_sent += len(held)
+            return _End.ABORT
+        if splitter is not None:
+            splitter.finish()
+        if recording:
+            await self._record_stream(response, splitter, parts, encoding)
+        call.finishing = True
+        await send({"type": "http.response.body", "body": held, "more_body": False})
+        report.bytes_sent += len(held)
+        return _End.COMPLETE
+
+    async def _record_stream(self, response: Answer, splitter: FrameSplitter | None,
+                             parts: list[bytes] | None, encoding: str) -> None:
+        if splitter is not None:
+            await self._record(response, splitter.frames, None)
+            return
+        try:
+            data = _decode(b"".join(parts or ()), encoding)
+        except (NotRecordable, zlib.error) as exc:
+            self.entry.error = f"not recorded: {exc}"
+            log.warning("%s %s: %s", self.method, self.path, self.entry.error)
+            return
+        await self._record(response, _split_all(data) if _is_sse(response) else None, data)
+
+    async def _buffered(self, response: Answer) -> ResponsePlan:
+        """Read the whole answer into a plan; apply the fault that fires to it."""
+        assert self.fault_hook is not None
+        encoding = response.header("content-encoding") or "identity"
+        identity = encoding.strip().lower() in ("", "identity")
+        splitter = FrameSplitter(time.monotonic()) if _is_sse(response) and identity else None
+        parts: list[bytes] = []
+        headers = tuple((k.decode("latin-1"), v.decode("latin-1"))
+                        for k, v in self._client_head(response, drop=_FRAMING))
+        status = response.status
+        try:
+            async for chunk in response.aiter_raw():
+                if splitter is not None:
+                    splitter.feed(chunk, time.monotonic())
+                else:
+                    parts.append(chunk)
+        except DroppedMidAnswer as exc:
+            self.entry.error = (f"the upstream {self.upstream.display} dropped the connection "
+                                f"mid-answer ({_reason(exc)}); nothing recorded, no fault "
+                                f"applied")
+            log.warning("%s", self.entry.error)
+            if splitter is not None:
+                return ResponsePlan(status=status, headers=headers,
+                                    pieces=tuple(Piece(d) for d, _ in splitter.frames),
+                                    framing=Framing.CHUNKED, ending=Ending.CLOSE)
+            declared = response.header("content-length")
+            return ResponsePlan(status=status, headers=headers,
+                                pieces=(Piece(b"".join(parts), frame=False),),
+                                content_length=int(declared) if declared and
+                                declared.isdigit() else None, ending=Ending.CLOSE)
+        answer: JSON = None
+        if splitter is not None:
+            splitter.finish()
+            frames: list[tuple[bytes, float]] | None = splitter.frames
+            content = None
+            plan = ResponsePlan(status=status, headers=headers,
+                                pieces=tuple(Piece(d, delay * self.timing)
+                                             for d, delay in splitter.frames),
+                                framing=Framing.CHUNKED)
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                answer = self.provider.assemble([d.decode("utf-8", "replace")
+                                                 for d, _ in splitter.frames])
+        else:
+            frames = None
+            content = b"".join(parts)
+            plan = ResponsePlan(status=status, headers=headers,
+                                pieces=(Piece(content, frame=False),))
+            if identity:
+                with contextlib.suppress(ValueError):
+                    answer = json.loads(content)
+            else:
+                content = None  # encoded: passed on as it is, not recorded
+        faulted = self.fault_hook(plan, answer)
+        if self.recorder is not None:
+            if content is None and frames is None:
+                self.entry.error = (f"not recorded: the upstream answered with "
+                                    f"Content-Encoding {encoding!r}")
+            else:
+                await self._record(response, frames, content)
+        return faulted
+
+    async def _record(self, response: Answer, frames: list[tuple[bytes, float]] | None,
+                      content: bytes | None) -> None:
+        assert self.recorder is not None
+        entry = self.entry
+        try:
+            exchange = recorded_exchange(
+                self.provider, method=self.method, path=self.path, body=self.body,
+                status=response.status,
+                headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
+                frames=frames, content=content, upstream=self.upstream.display,
+                redactor=self.redactor)
+        except NotRecordable as exc:
+            entry.error = f"not recorded: {exc}"
+            log.warning("%s %s: %s", self.method, self.path, entry.error)
+            return
+        try:
+            # Shielded: a client that leaves now does not make a written file unknown.
+            with anyio.CancelScope(shield=True):
+                stored = await anyio.to_thread.run_sync(self.recorder, exchange)
+        except (OSError, ChaosLLMError) as exc:
+            entry.error = f"the recording could not be written: {exc}"
+            log.error("%s %s: %s (the answer was still proxied to the client)",
+                      self.method, self.path, entry.error)
+            return
+        entry.recording = stored.name
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if not text and cause is not None:
+        text = str(cause) or type(cause).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _split_all(data: bytes) -> list[tuple[bytes, float]]:
+    splitter = FrameSplitter(0.0)
+    splitter.feed(data, 0.0)
+    splitter.finish()
+    return splitter.frames
+
+
+async def _watch_disconnect(receive: Receive, call: _Call, scope: anyio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not call.finishing:
+                call.gone = True
+                scope.cancel()
+            return

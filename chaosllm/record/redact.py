@@ -1,0 +1,137 @@
+"""Redaction: what never reaches a recording file. Pure.
+
+Secrets are removed before a request is keyed and before anything is written:
+
+- request headers are never stored at all (the format has no place for them),
+  and of the response headers only an allow-list of informative ones is kept
+  (request ids, processing time, rate limits, Retry-After): `kept_response_headers`;
+- in bodies and SSE frames, every configured secret value and every string
+  shaped like a well-known API key (``sk-...``, ``sk-ant-...``, ``sk-proj-...``,
+  Google ``AIza...``) becomes ``[REDACTED]``: `Redactor`, `redact_body`.
+
+Digests are computed over the redacted request, by the recorder and by the
+replayer alike, so a request that carries a key matches its recording.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+
+from chaosllm.model import JSON
+
+__all__ = [
+    "KEPT_RESPONSE_HEADERS",
+    "KEY_PATTERNS",
+    "REDACTED",
+    "SECRET_HEADERS",
+    "Redactor",
+    "is_secret_header",
+    "kept_response_headers",
+    "redact_body",
+    "redact_text",
+]
+
+REDACTED = "[REDACTED]"
+
+SECRET_HEADERS = frozenset({
+    "authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key",
+    "openai-organization", "openai-project", "anthropic-organization-id",
+    "cookie", "set-cookie", "x-chaosllm-token",
+})
+"""Headers that carry credentials or account identity: never stored."""
+
+_SECRET_HEADER_WORDS = ("api-key", "apikey", "token", "secret", "password", "auth", "cookie")
+
+KEPT_RESPONSE_HEADERS = frozenset({
+    "x-request-id", "request-id", "openai-processing-ms", "openai-version",
+    "retry-after", "retry-after-ms",
+})
+_KEPT_RESPONSE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+KEY_PATTERNS: Sequence[str] = (
+    # OpenAI (sk-..., sk-proj-..., sk-svcacct-...) and Anthropic (sk-ant-api03-...) keys.
+    r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{20,}",
+    # Google API keys.
+    r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
+)
+"""Well-known API key shapes, redacted wherever they appear."""
+
+_KEY_MARKERS = (b"sk-", b"AIza")
+
+
+def is_secret_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in SECRET_HEADERS or any(word in lowered for word in _SECRET_HEADER_WORDS)
+
+
+def kept_response_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The response headers worth recording and replaying (lower-cased names, sorted)."""
+    kept: dict[str, str] = {}
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in SECRET_HEADERS:
+            continue
+        if lowered in KEPT_RESPONSE_HEADERS or lowered.startswith(_KEPT_RESPONSE_PREFIXES):
+            kept[lowered] = value
+    return tuple(sorted(kept.items()))
+
+
+class Redactor:
+    """Replaces configured secret values and well-known key shapes by ``[REDACTED]``."""
+
+    __slots__ = ("_bytes", "_pattern", "secrets")
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Longest first, so that a secret containing another is replaced whole.
+        values = sorted({s for s in (v.strip() for v in secrets) if s}, key=lambda s: -len(s))
+        self.secrets: tuple[str, ...] = tuple(values)
+        self._bytes = tuple(s.encode("utf-8") for s in values)
+        self._pattern = re.compile("|".join([re.escape(s) for s in values] + list(KEY_PATTERNS)))
+
+    def text(self, text: str) -> str:
+        return self._pattern.sub(REDACTED, text)
+
+    def body(self, value: JSON) -> JSON:
+        """`value` with every string (values and keys) redacted; a new structure."""
+        if isinstance(value, str):
+            return self._pattern.sub(REDACTED, value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.body(v)
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.body(v) for v in value]
+        return value
+
+    def may_contain_secret(self, raw: bytes) -> bool:
+        """A fast, conservative check of a raw JSON body: False only when parsing it cannot
+        yield a string with a secret (no key marker, no configured value, no escapes that
+        could hide one)."""
+        if any(marker in raw for marker in _KEY_MARKERS):
+            return True
+        if not self._bytes:
+            return False
+        return b"\\" in raw or any(secret in raw for secret in self._bytes)
+
+    def request_body(self, body: JSON, raw: bytes | None = None) -> JSON:
+        """The request as it is keyed and stored: `body` itself when `raw` (its bytes)
+        cannot contain a secret, else a redacted copy."""
+        if raw is not None and not self.may_contain_secret(raw):
+            return body
+        return self.body(body)
+
+
+@functools.lru_cache(maxsize=32)
+def _redactor(secrets: tuple[str, ...]) -> Redactor:
+    return Redactor(secrets)
+
+
+def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
+    return _redactor(tuple(secrets)).text(text)
+
+
+def redact_body(body: JSON, secrets: Sequence[str] = ()) -> JSON:
+    """`body` with configured `secrets` and well-known key shapes replaced by
+    ``[REDACTED]`` in every string, recursively."""
+    return _redactor(tuple(secrets)).body(body)
