@@ -133,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="builtin (default, exact socket-level faults) or uvicorn")
     serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
                        help="largest request body accepted (default 16 MiB)")
+    serve.add_argument("--journal-size", type=int, default=10_000, metavar="N",
+                       help="provider requests the journal keeps, newest first (default "
+                            "10000)")
     serve.add_argument("--profile", metavar="NAME|FILE",
                        help="arm a fault profile at start (shipped: "
                             + ", ".join(list_profiles()) + ")")
@@ -338,6 +341,9 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.journal_size < 1:
+        print("chaosllm: --journal-size must be at least 1", file=sys.stderr)
+        return 2
     if not 0.0 <= args.nearest_threshold <= 1.0:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
@@ -354,6 +360,7 @@ def _serve(args: argparse.Namespace) -> int:
         record_dir=record_dir, record_scenario=args.record_scenario,
         secrets=[*args.secrets, *secrets_from_env()],
         max_body_bytes=args.max_body_bytes, control_token=args.control_token,
+        journal_size=args.journal_size,
         strict=args.strict)
     for d in config.recordings:
         if not Path(d).is_dir() and not (record_dir is not None and Path(d) == record_dir):

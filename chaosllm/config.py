@@ -83,6 +83,8 @@ class ServerConfig:
     secrets: Sequence[str] = ()
     """Values redacted from recordings and request keys (besides well-known key shapes)."""
     max_body_bytes: int = 16 * 1024 * 1024
+    journal_size: int = 10_000
+    """How many provider requests the journal keeps (the newest)."""
     control_token: str | None = None
     """Required on control-plane calls when set (and for any non-loopback client)."""
     strict: bool = False

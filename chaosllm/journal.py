@@ -56,7 +56,10 @@ class JournalEntry:
 class Journal:
     """A bounded, thread-safe list of entries with increasing sequence numbers."""
 
-    def __init__(self, maxlen: int = 100_000) -> None:
+    def __init__(self, maxlen: int = 10_000) -> None:
+        # Bounded: a long-running server keeps the newest entries. Every entry is a few
+        # objects the garbage collector walks; at 100k entries full collections paused
+        # the server for up to half a second (benchmarks/).
         self._entries: deque[JournalEntry] = deque(maxlen=maxlen)
         self._counter = itertools.count(1)
         self._lock = threading.Lock()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import logging
 import signal
 import socket
@@ -127,6 +128,10 @@ def run_server(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 800
                on_listening: Any = None) -> None:
     """Serve in the foreground until interrupted. `on_listening(url)` is called once bound."""
     app = create_app(config, state=state)
+    # The recordings live as long as the process: move them out of the collector's
+    # sight, so full collections stay short however many are loaded.
+    gc.collect()
+    gc.freeze()
     if kind is ServerKind.UVICORN:
         sock = _bind(host, port)
         server = _uvicorn_server(app, config)
@@ -189,6 +194,7 @@ class ChaosServer:
         record_scenario: str = DEFAULT_RECORD_SCENARIO,
         secrets: Sequence[str] = (),
         max_body_bytes: int = 16 * 1024 * 1024,
+        journal_size: int = 10_000,
         profile: str | None = None,
         strict: bool = False,
     ) -> None:
@@ -216,7 +222,7 @@ class ChaosServer:
             match_order=Strategy.parse_order(match) if isinstance(match, str) else tuple(match),
             nearest_threshold=nearest_threshold, max_body_bytes=max_body_bytes,
             upstream=upstream, record_dir=target, record_scenario=record_scenario,
-            secrets=[*secrets, *secrets_from_env()], strict=strict)
+            secrets=[*secrets, *secrets_from_env()], strict=strict, journal_size=journal_size)
         self.kind = ServerKind(server)
         self.host = host
         self._requested_port = port

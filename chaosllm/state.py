@@ -55,7 +55,8 @@ class ChaosState:
             log.warning("skipped recording %s", error)
         matcher = Matcher(store, order=config.match_order,
                           nearest_threshold=config.nearest_threshold)
-        return cls(config=config, store=store, matcher=matcher, journal=Journal(),
+        return cls(config=config, store=store, matcher=matcher,
+                   journal=Journal(config.journal_size),
                    board=FaultBoard(seed=config.seed), redactor=redactor, upstream=upstream,
                    writer=writer)
 

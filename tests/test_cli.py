@@ -69,6 +69,7 @@ def test_serve_with_profile_arms_it(tmp_path: Path) -> None:
     (["--timing", "slowly"], "invalid timing"),
     (["--match", "exact,psychic"], "unknown matcher 'psychic'"),
     (["--port", "70000"], "outside 0-65535"),
+    (["--journal-size", "0"], "--journal-size must be at least 1"),
     (["--profile", "no-such-profile"], "unknown profile"),
     (["--profile", "../../etc/passwd"], "bad profile name"),
 ])
