@@ -53,6 +53,14 @@ async def chat_completions(request: Request) -> Response | PlanResponse | ProxyC
     return await provider_call(request, OPENAI)
 
 
+async def openai_responses(request: Request) -> Response | PlanResponse | ProxyCall:
+    return await provider_call(request, PROVIDERS["openai.responses"])
+
+
+async def anthropic_messages(request: Request) -> Response | PlanResponse | ProxyCall:
+    return await provider_call(request, PROVIDERS["anthropic.messages"])
+
+
 def _exchange_for(provider: Provider, body: JSON, answer: JSON, path: str,
                   digest: str) -> Exchange:
     return Exchange(provider=provider.name,
@@ -236,6 +244,13 @@ async def embeddings(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
+    if "anthropic-version" in request.headers:  # the Anthropic SDK: its own list shape
+        ids = chaos_state(request).store.models()
+        listed = [{"type": "model", "id": model, "display_name": model,
+                   "created_at": "1970-01-01T00:00:00Z"} for model in ids]
+        return JSONResponse({"data": listed, "has_more": False,
+                             "first_id": ids[0] if ids else None,
+                             "last_id": ids[-1] if ids else None})
     data = [{"id": model, "object": "model", "created": 0, "owned_by": "chaosllm"}
             for model in chaos_state(request).store.models()]
     return JSONResponse({"object": "list", "data": data})
@@ -261,6 +276,9 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", openai_responses, methods=["POST"]),
+        Route("/responses", openai_responses, methods=["POST"]),
+        Route("/v1/messages", anthropic_messages, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),

@@ -33,9 +33,11 @@ def recording(name: str) -> dict[str, Any]:
     return data
 
 
-def all_recordings() -> list[str]:
+def all_recordings(provider: str = "openai.chat") -> list[str]:
+    """The shipped recordings of one provider (``<scenario>/<NNNN>``)."""
     return sorted(p.relative_to(RECORDINGS).with_suffix("").as_posix()
-                  for p in RECORDINGS.glob("*/*.json"))
+                  for p in RECORDINGS.glob("*/*.json")
+                  if json.loads(p.read_text("utf-8")).get("provider", "openai.chat") == provider)
 
 
 def request_body(name: str, *, stream: bool) -> dict[str, Any]:

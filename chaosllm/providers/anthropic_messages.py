@@ -1,0 +1,467 @@
+"""Anthropic Messages: canonical requests, plans, error envelopes, stream assembly.
+
+Theory of operation
+-------------------
+The digest covers what decides the answer (model, system, messages reduced to
+role/content, tools, tool_choice; ``cache_control`` markers dropped) and
+nothing of transport or sampling (max_tokens, temperature, stream, metadata),
+so a streamed and a non-streamed request hit the same recording.
+
+A stream is a sequence of named events, each frame ``event: <type>`` and
+``data: <json>``: ``message_start`` (the message with empty content),
+per content block ``content_block_start``, ``content_block_delta``
+(``text_delta``, ``input_json_delta`` with ``partial_json`` fragments,
+``thinking_delta`` then one ``signature_delta``) and ``content_block_stop``,
+one ``ping`` after the first block starts, then ``message_delta`` (stop
+reason, output token count) and ``message_stop``. A stream that fails ends
+with an ``error`` event instead. Recorded frames replay verbatim; otherwise
+frames are rendered from the assembled message, and `assemble` is their
+inverse.
+
+Faults: the frames that finish an answer are ``message_delta``,
+``message_stop`` (and ``error``). A message's ``tool_use.input`` is a JSON
+object, so it cannot be invalid JSON in a JSON body: ``malformed_tool_args``
+marks each input as the cut JSON text it would have streamed (a string, only
+inside chaosllm) with ``stop_reason: max_tokens``; a stream carries that text
+in its ``partial_json`` deltas (invalid JSON once joined), and a JSON body
+carries what the API returns for a tool call cut off by ``max_tokens``: the
+``tool_use`` block with an empty ``input`` object and ``stop_reason:
+max_tokens``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from chaosllm.errors import InvalidRequest
+from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
+from chaosllm.providers.base import ErrorKind, canonical_json, sha256_digest
+
+__all__ = [
+    "AnthropicMessages",
+    "error_body",
+    "error_type_for_status",
+    "iter_events",
+    "sse_event",
+]
+
+ROLES = ("user", "assistant")
+JSON_HEADERS = (("content-type", "application/json"),)
+SSE_HEADERS = (
+    ("content-type", "text/event-stream; charset=utf-8"),
+    ("cache-control", "no-cache"),
+)
+
+_STATUS_ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+_FINISHING = frozenset({"message_delta", "message_stop", "error"})
+_TEXT_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+def error_type_for_status(status: int) -> str:
+    """The Anthropic error `type` a real API uses for an HTTP status."""
+    if status in _STATUS_ERROR_TYPES:
+        return _STATUS_ERROR_TYPES[status]
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def error_body(message: str, type_: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def sse_event(payload: Mapping[str, Any]) -> str:
+    """One frame: ``event: <type>`` and the compact JSON payload."""
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {payload['type']}\ndata: {data}\n\n"
+
+
+def iter_events(frames: Sequence[str]) -> Iterator[tuple[str | None, str]]:
+    """(event name, data) of each SSE event in `frames` (multi-line data joined)."""
+    for frame in frames:
+        for event in frame.replace("\r\n", "\n").split("\n\n"):
+            name = None
+            lines = []
+            for line in event.split("\n"):
+                if line.startswith("event:"):
+                    name = line[6:].strip()
+                elif line.startswith("data:"):
+                    lines.append(line[5:].removeprefix(" "))
+            if lines:
+                yield name, "\n".join(lines)
+
+
+def _event_types(frames: Sequence[str]) -> Iterator[str]:
+    for name, data in iter_events(frames):
+        if name:
+            yield name
+            continue
+        try:
+            payload = json.loads(data)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("type"), str):
+            yield payload["type"]
+
+
+def _text_pieces(text: str) -> list[str]:
+    return _TEXT_PIECE.findall(text) or [text]
+
+
+def _json_pieces(text: str) -> list[str]:
+    """`partial_json` fragments as the API streams them: a few characters at a time."""
+    return [text[i:i + 10] for i in range(0, len(text), 10)]
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _fail(message: str, param: str, code: str = "invalid_request_error") -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)
+
+
+def _strip_cache_control(value: JSON) -> JSON:
+    if isinstance(value, dict):
+        return {k: _strip_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip_cache_control(v) for v in value]
+    return value
+
+
+def _validate_blocks(blocks: list[Any], where: str) -> None:
+    for j, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            raise _fail(f"{where}.{j}: Input should be a valid dictionary or object to "
+                        f"extract fields from", f"{where}.{j}")
+        if not isinstance(block.get("type"), str):
+            raise _fail(f"{where}.{j}.type: Field required", f"{where}.{j}.type")
+
+
+class AnthropicMessages:
+    """The `anthropic.messages` provider (``POST /v1/messages``)."""
+
+    name = "anthropic.messages"
+    paths = ("/v1/messages",)
+
+    # -- requests ---------------------------------------------------------------
+
+    def validate(self, body: JSON) -> None:
+        if not isinstance(body, dict):
+            raise _fail(f"Input should be an object, but got {_type_name(body)}.", "body")
+        for key in ("model", "max_tokens", "messages"):
+            if key not in body:
+                raise _fail(f"{key}: Field required", key)
+        if not isinstance(body["model"], str):
+            raise _fail("model: Input should be a valid string", "model")
+        max_tokens = body["max_tokens"]
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            raise _fail("max_tokens: Input should be a valid integer", "max_tokens")
+        if max_tokens < 1:
+            raise _fail("max_tokens: Input should be greater than or equal to 1", "max_tokens")
+        messages = body["messages"]
+        if not isinstance(messages, list):
+            raise _fail("messages: Input should be a valid list", "messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise _fail(f"messages.{i}: Input should be a valid dictionary or object to "
+                            f"extract fields from", f"messages.{i}")
+            if "role" not in message:
+                raise _fail(f"messages.{i}.role: Field required", f"messages.{i}.role")
+            if message["role"] not in ROLES:
+                raise _fail(f"messages.{i}.role: Input should be 'user' or 'assistant'",
+                            f"messages.{i}.role")
+            if "content" not in message:
+                raise _fail(f"messages.{i}.content: Field required", f"messages.{i}.content")
+            content = message["content"]
+            if isinstance(content, list):
+                _validate_blocks(content, f"messages.{i}.content")
+            elif not isinstance(content, str):
+                raise _fail(f"messages.{i}.content: Input should be a valid string or a valid "
+                            f"list, but got {_type_name(content)}", f"messages.{i}.content")
+        system = body.get("system")
+        if isinstance(system, list):
+            _validate_blocks(system, "system")
+        elif system is not None and not isinstance(system, str):
+            raise _fail("system: Input should be a valid string or a valid list", "system")
+        for key, types, kind in (("stream", (bool,), "boolean"), ("tools", (list,), "list"),
+                                 ("tool_choice", (dict,), "dictionary"),
+                                 ("metadata", (dict,), "dictionary")):
+            if key in body and body[key] is not None and not isinstance(body[key], types):
+                raise _fail(f"{key}: Input should be a valid {kind}", key)
+
+    def canonical(self, body: JSON) -> JSON:
+        return _strip_cache_control({
+            "model": body.get("model"),
+            "system": body.get("system"),
+            "messages": [
+                {k: v for k, v in m.items() if k in ("role", "content")}
+                if isinstance(m, dict) else m
+                for m in body.get("messages", [])
+            ],
+            "tools": body.get("tools"),
+            "tool_choice": body.get("tool_choice"),
+        })
+
+    def digest(self, body: JSON) -> str:
+        return sha256_digest(self.canonical(body))
+
+    def match_text(self, body: JSON) -> str:
+        return canonical_json(self.canonical(body))
+
+    def turn_text(self, body: JSON) -> str:
+        messages = self.canonical(body)["messages"]
+        return canonical_json(messages[-1] if messages else None)
+
+    def wants_stream(self, body: JSON) -> bool:
+        return bool(isinstance(body, dict) and body.get("stream") is True)
+
+    # -- responses --------------------------------------------------------------
+
+    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
+        response = exchange.response
+        is_answer = response.status < 400 and isinstance(response.body, dict) \
+            and response.body.get("type") == "message"
+        if not is_answer or not self.wants_stream(body):
+            key: tuple[Any, ...] = ("json",)
+        elif response.chunks is not None:
+            key = ("chunks", timing)
+        else:
+            key = ("sse",)
+        plan = exchange.cache.get(key)
+        if plan is None:
+            plan = exchange.cache[key] = self._render(exchange, key, timing)
+        return plan
+
+    def _render(self, exchange: Exchange, key: tuple[Any, ...], timing: float) -> ResponsePlan:
+        response = exchange.response
+        headers = tuple(response.headers)
+        if key[0] == "json":
+            data = json.dumps(_json_body(response.body), ensure_ascii=False).encode("utf-8")
+            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
+                                pieces=(Piece(data, frame=False),))
+        if key[0] == "chunks":
+            assert response.chunks is not None
+            pieces = tuple(Piece(c.data.encode("utf-8"), c.delay_ms * timing)
+                           for c in response.chunks)
+        else:
+            pieces = tuple(Piece(f.encode("utf-8")) for f in self.stream_frames(response.body))
+        return ResponsePlan(status=response.status, headers=SSE_HEADERS + headers,
+                            pieces=pieces, framing=Framing.CHUNKED)
+
+    def stream_frames(self, message: Mapping[str, Any]) -> list[str]:
+        """SSE frames equivalent to a `message` body, as the API would stream it."""
+        usage = message.get("usage")
+        start = {k: v for k, v in message.items() if k != "content"}
+        start.update(content=[], stop_reason=None, stop_sequence=None)
+        if isinstance(usage, dict):
+            start["usage"] = {**usage, "output_tokens": min(1, usage.get("output_tokens") or 0)}
+        frames = [sse_event({"type": "message_start", "message": start})]
+        blocks = message.get("content") or []
+        for index, block in enumerate(blocks):
+            frames.extend(_block_frames(index, block))
+            if index == 0:
+                frames.insert(2, sse_event({"type": "ping"}))
+        if not blocks:
+            frames.append(sse_event({"type": "ping"}))
+        delta_usage: dict[str, Any] = {"output_tokens": (usage or {}).get("output_tokens", 0)}
+        frames.append(sse_event({
+            "type": "message_delta",
+            "delta": {"stop_reason": message.get("stop_reason"),
+                      "stop_sequence": message.get("stop_sequence")},
+            "usage": delta_usage,
+        }))
+        frames.append(sse_event({"type": "message_stop"}))
+        return frames
+
+    def render_error(
+        self, status: int, message: str, *, kind: str, code: str | None = None,
+        param: str | None = None, stream: bool = False,
+    ) -> ResponsePlan:
+        if kind == ErrorKind.INVALID_REQUEST:
+            type_ = "invalid_request_error"
+        elif kind == ErrorKind.NOT_FOUND:
+            type_ = "not_found_error"
+        else:
+            type_ = error_type_for_status(status)
+        data = json.dumps(error_body(message, type_), ensure_ascii=False)
+        return ResponsePlan(status=status, headers=JSON_HEADERS,
+                            pieces=(Piece(data.encode("utf-8"), frame=False),))
+
+    # -- assembly ---------------------------------------------------------------
+
+    def assemble(self, frames: Sequence[str]) -> JSON:
+        message: dict[str, Any] = {}
+        blocks: dict[int, dict[str, Any]] = {}
+        buffers: dict[int, str] = {}
+        for name, data in iter_events(frames):
+            event = json.loads(data)
+            kind = event.get("type", name)
+            if kind == "error":
+                return event
+            if kind == "message_start":
+                message = copy.deepcopy(event["message"])
+            elif kind == "content_block_start":
+                blocks[event["index"]] = copy.deepcopy(event["content_block"])
+            elif kind == "content_block_delta":
+                _apply_delta(blocks[event["index"]], event["delta"], buffers, event["index"])
+            elif kind == "content_block_stop":
+                text = buffers.pop(event["index"], "")
+                if text:
+                    blocks[event["index"]]["input"] = json.loads(text)
+            elif kind == "message_delta":
+                message.update(event.get("delta") or {})
+                usage = event.get("usage") or {}
+                message.setdefault("usage", {}).update(
+                    {k: v for k, v in usage.items() if v is not None})
+            elif kind == "message_stop":
+                break
+        message["content"] = [blocks[i] for i in sorted(blocks)]
+        return message
+
+    def stream_complete(self, frames: Sequence[str]) -> bool:
+        return any(kind in ("message_stop", "error") for kind in _event_types(frames))
+
+    # -- what faults need -------------------------------------------------------
+
+    def answer_frame_count(self, plan: ResponsePlan) -> int:
+        for i, piece in enumerate(plan.pieces):
+            if any(kind in _FINISHING
+                   for kind in _event_types([piece.data.decode("utf-8", "replace")])):
+                return i
+        return len(plan.pieces)
+
+    def stream_error_frame(self, message: str, *, status: int) -> bytes:
+        return sse_event(error_body(message, error_type_for_status(status))).encode("utf-8")
+
+    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
+        return error_body(message, error_type_for_status(status))
+
+    def empty_answer(self, body: JSON) -> JSON:
+        empty = copy.deepcopy(body)
+        empty["content"] = []
+        empty["stop_reason"] = "end_turn"
+        empty["stop_sequence"] = None
+        usage = empty.get("usage")
+        if isinstance(usage, dict):
+            usage["output_tokens"] = 0
+        return empty
+
+    def break_tool_arguments(self, body: JSON) -> JSON | None:
+        broken = copy.deepcopy(body)
+        found = False
+        for block in broken.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                block["input"] = _cut_json(json.dumps(block.get("input") or {}))
+                found = True
+        if not found:
+            return None
+        broken["stop_reason"] = "max_tokens"
+        return broken
+
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        return {
+            "id": "msg_chaosllm" + digest[:24],
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "") if isinstance(body, dict) else "",
+            "content": [{"type": "text",
+                         "text": f"[chaosllm fallback] No recording matches this request "
+                                 f"(digest {digest})."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+
+
+def _json_body(body: JSON) -> JSON:
+    """A message as a JSON body: a broken tool input (a string, see the module doc) is
+    what the API returns for a tool call cut off by max_tokens, an empty object."""
+    if not isinstance(body, dict) or not any(
+            isinstance(b, dict) and isinstance(b.get("input"), str)
+            for b in body.get("content") or []):
+        return body
+    fixed = copy.deepcopy(body)
+    for block in fixed["content"]:
+        if isinstance(block, dict) and isinstance(block.get("input"), str):
+            block["input"] = {}
+    return fixed
+
+
+def _block_frames(index: int, block: Mapping[str, Any]) -> list[str]:
+    kind = block.get("type")
+    deltas: list[dict[str, Any]] = []
+    start = dict(block)
+    if kind == "text":
+        start["text"] = ""
+        start.pop("citations", None)
+        deltas = [{"type": "text_delta", "text": p} for p in _text_pieces(block.get("text", ""))]
+    elif kind in ("tool_use", "server_tool_use"):
+        value = block.get("input")
+        text = value if isinstance(value, str) else json.dumps(value) if value else ""
+        start["input"] = {}
+        deltas = [{"type": "input_json_delta", "partial_json": ""}]
+        deltas += [{"type": "input_json_delta", "partial_json": p} for p in _json_pieces(text)]
+    elif kind == "thinking":
+        start.update(thinking="", signature="")
+        deltas = [{"type": "thinking_delta", "thinking": p}
+                  for p in _text_pieces(block.get("thinking", ""))]
+        if block.get("signature"):
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    frames = [sse_event({"type": "content_block_start", "index": index, "content_block": start})]
+    frames += [sse_event({"type": "content_block_delta", "index": index, "delta": d})
+               for d in deltas]
+    frames.append(sse_event({"type": "content_block_stop", "index": index}))
+    return frames
+
+
+def _apply_delta(block: dict[str, Any], delta: Mapping[str, Any], buffers: dict[int, str],
+                 index: int) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        block["text"] = block.get("text", "") + delta.get("text", "")
+    elif kind == "input_json_delta":
+        buffers[index] = buffers.get(index, "") + delta.get("partial_json", "")
+    elif kind == "thinking_delta":
+        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+    elif kind == "signature_delta":
+        block["signature"] = delta.get("signature", "")
+    elif kind == "citations_delta":
+        block.setdefault("citations", []).append(delta.get("citation"))
+
+
+def _cut_json(text: str) -> str:
+    """A prefix of `text` that is not valid JSON (what a cut-off generation looks like)."""
+    cut = text[: max(1, len(text) // 2)] if text else "{"
+    try:
+        json.loads(cut)
+    except json.JSONDecodeError:
+        return cut
+    return cut + '{"'
