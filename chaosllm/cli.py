@@ -417,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("chaosllm: %(message)s"))
     logger = logging.getLogger("chaosllm")
     logger.addHandler(handler)
+    level = logger.level
     logger.setLevel(logging.INFO)
     try:
         if args.command == "serve":
@@ -433,6 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ChaosLLMError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)
         return 1
+    finally:
+        # main() may run in-process (tests, other tools): leave the logger as it was, so no
+        # handler outlives the stderr it was bound to.
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 if __name__ == "__main__":  # pragma: no cover
