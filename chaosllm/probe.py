@@ -2,8 +2,9 @@
 
 The program runs once without faults (the baseline), then once per fault and
 per variant (the fault armed on the first JSON request, or on the first
-streaming request), each time against a fresh server, with `OPENAI_BASE_URL`
-and `OPENAI_API_KEY` pointing at it. Each run is classified:
+streaming request), each time against a fresh server, with `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
+`ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` pointing at it (any protocol
+chaosllm speaks). Each run is classified:
 
 - **recovered**: exit status 0 and the same output as the baseline;
 - **wrong answer**: exit status 0 and other output (a truncated or empty answer
@@ -112,7 +113,8 @@ def _run_once(command: Sequence[str], fault: dict[str, Any] | None, variant: str
             spec["match"] = {**(spec.get("match") or {}), "stream": variant == "stream"}
             server.arm(spec)
         child_env = {**os.environ, **(env or {}), "OPENAI_BASE_URL": server.base_url,
-                     "OPENAI_API_KEY": "sk-chaosllm-probe", "PYTHONUNBUFFERED": "1"}
+                     "OPENAI_API_KEY": "sk-chaosllm-probe", "ANTHROPIC_BASE_URL": server.url,
+                     "ANTHROPIC_API_KEY": "sk-ant-chaosllm-probe", "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         proc = subprocess.Popen(list(command), env=child_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)

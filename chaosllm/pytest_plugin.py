@@ -64,7 +64,8 @@ class ChaosHandle:
     @property
     def env(self) -> dict[str, str]:
         """Environment for a client program: the official SDKs read these."""
-        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": "sk-chaosllm-test"}
+        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": "sk-chaosllm-test",
+                "ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": "sk-ant-chaosllm-test"}
 
     def arm(self, spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
             /, **params: Any) -> list[str]:
@@ -122,6 +123,14 @@ class ChaosHandle:
         kwargs.setdefault("api_key", "sk-chaosllm-test")
         kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
         return openai.OpenAI(base_url=self.base_url, **kwargs)
+
+    def anthropic(self, **kwargs: Any) -> Any:
+        """An `anthropic.Anthropic` client for this server and session."""
+        import anthropic
+
+        kwargs.setdefault("api_key", "sk-ant-chaosllm-test")
+        kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
+        return anthropic.Anthropic(base_url=self.url, **kwargs)
 
     def async_openai(self, **kwargs: Any) -> Any:
         """An `openai.AsyncOpenAI` client for this server and session."""

@@ -1,0 +1,58 @@
+"""The toolkit works for clients of every protocol: `chaosllm probe` on a naive
+Anthropic Messages client and a naive OpenAI Responses client, and the fixture's
+Anthropic client."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaosllm.probe import probe
+from chaosllm.pytest_plugin import ChaosHandle
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+FAULTS = [{"type": t} for t in ("http_503", "dropped_connection", "truncated_stream",
+                                "error_in_200", "connection_reset", "empty_response")]
+COMMON = {
+    "http_503": {"json": "recovered", "stream": "recovered"},
+    "dropped_connection": {"json": "recovered", "stream": "failed cleanly"},
+    "truncated_stream": {"json": "failed cleanly", "stream": "wrong answer"},
+    "connection_reset": {"json": "recovered", "stream": "failed cleanly"},
+    "empty_response": {"json": "wrong answer", "stream": "wrong answer"},
+}
+
+
+@pytest.mark.timeout(120)
+def test_probe_an_anthropic_client() -> None:
+    report = probe([sys.executable, str(EXAMPLES / "anthropic_client.py")], faults=FAULTS,
+                   timeout=15, jobs=3)
+    assert "answer: The capital of France is Paris." in report.baseline.stdout
+    # Anthropic's SDK raises on an `event: error` mid-stream.
+    assert report.matrix() == {**COMMON, "error_in_200": {"json": "failed cleanly",
+                                                          "stream": "failed cleanly"}}
+
+
+@pytest.mark.timeout(120)
+def test_probe_a_responses_client() -> None:
+    report = probe([sys.executable, str(EXAMPLES / "responses_client.py")], faults=FAULTS,
+                   timeout=15, jobs=3)
+    assert "answer: " in report.baseline.stdout
+    # The openai SDK's raw Responses stream passes an `error` event through: the naive
+    # client prints what it had and exits 0.
+    assert report.matrix() == {**COMMON, "error_in_200": {"json": "failed cleanly",
+                                                          "stream": "wrong answer"}}
+
+
+def test_fixture_gives_an_anthropic_client(chaosllm: ChaosHandle) -> None:
+    chaosllm.arm("http_error", status=529, retry_after=0.01)
+    assert chaosllm.env["ANTHROPIC_BASE_URL"] == chaosllm.url
+    with chaosllm.anthropic(max_retries=1) as client:
+        reply = client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=1024, system="You are a concise assistant.",
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+    assert reply.content[0].text
+    assert [e["status"] for e in chaosllm.requests()] == [529, 200]
