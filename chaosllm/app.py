@@ -265,8 +265,9 @@ async def not_found(request: Request, exc: Exception) -> Response:
         return openai_error(405, f"Method {request.method} is not allowed on "
                                  f"{request.url.path}.", code="method_not_allowed")
     return openai_error(404, f"Unknown request URL: {request.method} {request.url.path}. "
-                             f"chaosllm serves POST /v1/chat/completions, POST /v1/embeddings, "
-                             f"GET /v1/models and the control plane under /__.",
+                             f"chaosllm serves POST /v1/chat/completions, POST /v1/messages, "
+                             f"POST /v1/responses, POST /v1/embeddings, GET /v1/models and "
+                             f"the control plane under /__.",
                         code="unknown_url")
 
 
