@@ -82,7 +82,10 @@ def _answer(app: App, body: bytes) -> bytes:
     async def send(message: Message) -> None:
         parts.append(message.get("body", b""))
 
-    asyncio.run(app(_scope(body), _receiver(body), send))
+    async def call() -> None:
+        await app(_scope(body), _receiver(body), send)
+
+    asyncio.run(call())
     return b"".join(parts)
 
 

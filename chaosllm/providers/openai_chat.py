@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
-from chaosllm.providers.base import ErrorKind, canonical_json, sha256_digest
+from chaosllm.providers.base import canonical_json, sha256_digest
+from chaosllm.providers.openai_common import (
+    KIND_TYPES,
+    argument_pieces,
+    cut_json,
+    error_body,
+    error_type_for_status,
+    expect,
+    require_object_with_model,
+    text_pieces,
+    type_name,
+)
 
 __all__ = [
     "CANONICAL_MESSAGE_KEYS",
@@ -50,30 +60,6 @@ SSE_HEADERS = (
 )
 DONE_FRAME = "data: [DONE]\n\n"
 
-_STATUS_ERROR_TYPES: Mapping[int, tuple[str, str | None]] = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("permission_error", None),
-    404: ("invalid_request_error", "not_found"),
-    408: ("timeout", None),
-    409: ("invalid_request_error", "conflict"),
-    413: ("invalid_request_error", "request_too_large"),
-    422: ("invalid_request_error", None),
-    429: ("requests", "rate_limit_exceeded"),
-    500: ("server_error", None),
-    502: ("server_error", "bad_gateway"),
-    503: ("server_error", "service_unavailable"),
-    504: ("timeout", "gateway_timeout"),
-    529: ("server_error", "overloaded"),
-}
-
-_KIND_TYPES = {
-    ErrorKind.INVALID_REQUEST: "invalid_request_error",
-    ErrorKind.NOT_FOUND: "invalid_request_error",
-    ErrorKind.NO_MATCH: "invalid_request_error",
-    ErrorKind.SERVER_ERROR: "server_error",
-}
-
 _TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
     ("stream", "a boolean", (bool,)),
     ("tools", "an array", (list,)),
@@ -81,21 +67,6 @@ _TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
     ("response_format", "an object", (dict,)),
     ("n", "an integer", (int,)),
 )
-
-# A piece of streamed text: a word with the whitespace before it (how tokens look).
-_TEXT_PIECE = re.compile(r"\s*\S+|\s+")
-
-
-def error_type_for_status(status: int) -> tuple[str, str | None]:
-    """The OpenAI error `type` and `code` a real API uses for an HTTP status."""
-    if status in _STATUS_ERROR_TYPES:
-        return _STATUS_ERROR_TYPES[status]
-    return ("server_error", None) if status >= 500 else ("invalid_request_error", None)
-
-
-def error_body(message: str, type_: str, code: str | None = None,
-               param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
 def sse_frame(payload: JSON) -> str:
@@ -111,45 +82,6 @@ def iter_frame_payloads(frames: Sequence[str]) -> Iterator[str]:
                 yield "\n".join(lines)
 
 
-def _text_pieces(text: str) -> list[str]:
-    return _TEXT_PIECE.findall(text) or [text]
-
-
-def _argument_pieces(arguments: str) -> list[str]:
-    """Tool-call arguments split as the API streams them: a few characters at a time."""
-    if not arguments:
-        return []
-    pieces: list[str] = []
-    start = 0
-    # Break after structural characters, like the tokenizer does, in pieces of <= 12 chars.
-    for i, ch in enumerate(arguments):
-        if (ch in ',:{}[]"' and i + 1 - start >= 3) or i + 1 - start >= 12:
-            pieces.append(arguments[start : i + 1])
-            start = i + 1
-    if start < len(arguments):
-        pieces.append(arguments[start:])
-    return pieces
-
-
-def _expect(cond: bool, message: str, param: str, code: str = "invalid_type") -> None:
-    if not cond:
-        raise InvalidRequest(message, param=param, code=code)
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
 class OpenAIChat:
     """The `openai.chat` provider (``POST /v1/chat/completions``)."""
 
@@ -159,55 +91,46 @@ class OpenAIChat:
     # -- requests ---------------------------------------------------------------
 
     def validate(self, body: JSON) -> None:
-        _expect(isinstance(body, dict),
-                f"The request body must be a JSON object, but got {_type_name(body)} instead.",
-                "body")
-        assert isinstance(body, dict)
-        if "model" not in body:
-            raise InvalidRequest("Missing required parameter: 'model'.", param="model",
-                                 code="missing_required_parameter")
-        _expect(isinstance(body["model"], str),
-                f"Invalid type for 'model': expected a string, but got "
-                f"{_type_name(body['model'])} instead.", "model")
+        body = require_object_with_model(body)
         if "messages" not in body:
             raise InvalidRequest("Missing required parameter: 'messages'.", param="messages",
                                  code="missing_required_parameter")
         messages = body["messages"]
-        _expect(isinstance(messages, list),
+        expect(isinstance(messages, list),
                 f"Invalid type for 'messages': expected an array, but got "
-                f"{_type_name(messages)} instead.", "messages")
-        _expect(len(messages) > 0,
+                f"{type_name(messages)} instead.", "messages")
+        expect(len(messages) > 0,
                 "Invalid 'messages': empty array. Expected an array with minimum length 1, "
                 "but got an empty array instead.", "messages", "empty_array")
         for i, message in enumerate(messages):
-            _expect(isinstance(message, dict),
+            expect(isinstance(message, dict),
                     f"Invalid type for 'messages[{i}]': expected an object, but got "
-                    f"{_type_name(message)} instead.", f"messages[{i}]")
+                    f"{type_name(message)} instead.", f"messages[{i}]")
             role = message.get("role")
             if role is None:
                 raise InvalidRequest(f"Missing required parameter: 'messages[{i}].role'.",
                                      param=f"messages[{i}].role",
                                      code="missing_required_parameter")
-            _expect(role in ROLES,
+            expect(role in ROLES,
                     f"Invalid value: {json.dumps(role)}. Supported values are: "
                     + ", ".join(f"'{r}'" for r in sorted(ROLES)) + ".",
                     f"messages[{i}].role", "invalid_value")
             content = message.get("content")
-            _expect(content is None or isinstance(content, (str, list)),
+            expect(content is None or isinstance(content, (str, list)),
                     f"Invalid type for 'messages[{i}].content': expected one of a string or "
-                    f"array of objects, but got {_type_name(content)} instead.",
+                    f"array of objects, but got {type_name(content)} instead.",
                     f"messages[{i}].content")
             if role == "tool":
-                _expect(isinstance(message.get("tool_call_id"), str),
+                expect(isinstance(message.get("tool_call_id"), str),
                         f"Missing required parameter: 'messages[{i}].tool_call_id'.",
                         f"messages[{i}].tool_call_id", "missing_required_parameter")
         for key, kind, types in _TYPED_FIELDS:
             value = body.get(key)
             if value is not None:
-                _expect(isinstance(value, types) and not (bool not in types
+                expect(isinstance(value, types) and not (bool not in types
                                                          and isinstance(value, bool)),
                         f"Invalid type for '{key}': expected {kind}, but got "
-                        f"{_type_name(body[key])} instead.", key)
+                        f"{type_name(body[key])} instead.", key)
 
     def canonical(self, body: JSON) -> JSON:
         return {
@@ -308,13 +231,13 @@ class OpenAIChat:
             frames.append(chunk(index, first))
             for key in REASONING_KEYS:
                 if isinstance(message.get(key), str) and message[key]:
-                    frames.extend(chunk(index, {key: p}) for p in _text_pieces(message[key]))
+                    frames.extend(chunk(index, {key: p}) for p in text_pieces(message[key]))
             if isinstance(message.get("content"), str) and message["content"]:
                 frames.extend(chunk(index, {"content": p})
-                              for p in _text_pieces(message["content"]))
+                              for p in text_pieces(message["content"]))
             if isinstance(message.get("refusal"), str) and message["refusal"]:
                 frames.extend(chunk(index, {"refusal": p})
-                              for p in _text_pieces(message["refusal"]))
+                              for p in text_pieces(message["refusal"]))
             for call_index, call in enumerate(message.get("tool_calls") or []):
                 function = call.get("function") or {}
                 frames.append(chunk(index, {"tool_calls": [{
@@ -324,7 +247,7 @@ class OpenAIChat:
                 frames.extend(
                     chunk(index, {"tool_calls": [{"index": call_index,
                                                   "function": {"arguments": piece}}]})
-                    for piece in _argument_pieces(function.get("arguments") or ""))
+                    for piece in argument_pieces(function.get("arguments") or ""))
             frames.append(chunk(index, {}, choice.get("finish_reason") or "stop"))
         if include_usage:
             payload = dict(base)
@@ -338,7 +261,7 @@ class OpenAIChat:
         self, status: int, message: str, *, kind: str, code: str | None = None,
         param: str | None = None, stream: bool = False,
     ) -> ResponsePlan:
-        type_ = _KIND_TYPES.get(kind) or error_type_for_status(status)[0]
+        type_ = KIND_TYPES.get(kind) or error_type_for_status(status)[0]
         data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
         return ResponsePlan(status=status, headers=JSON_HEADERS,
                             pieces=(Piece(data.encode("utf-8"), frame=False),))
@@ -433,7 +356,7 @@ class OpenAIChat:
         for choice in broken.get("choices") or []:
             for call in (choice.get("message") or {}).get("tool_calls") or []:
                 function = call.setdefault("function", {})
-                function["arguments"] = _cut_json(function.get("arguments") or "")
+                function["arguments"] = cut_json(function.get("arguments") or "")
                 found = True
         return broken if found else None
 
@@ -476,16 +399,6 @@ def _frame_finishes(data: bytes) -> bool:
                                              for c in choices):
             return True
     return False
-
-
-def _cut_json(text: str) -> str:
-    """A prefix of `text` that is not valid JSON (what a cut-off generation looks like)."""
-    cut = text[: max(1, len(text) // 2)] if text else "{"
-    try:
-        json.loads(cut)
-    except json.JSONDecodeError:
-        return cut
-    return cut + '{"'
 
 
 def _merge_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:

@@ -40,15 +40,16 @@ from typing import Any
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
 from chaosllm.providers.base import canonical_json, sha256_digest
-from chaosllm.providers.openai_chat import (
-    _KIND_TYPES,
-    _argument_pieces,
-    _cut_json,
-    _expect,
-    _text_pieces,
-    _type_name,
+from chaosllm.providers.openai_common import (
+    KIND_TYPES,
+    argument_pieces,
+    cut_json,
     error_body,
     error_type_for_status,
+    expect,
+    require_object_with_model,
+    text_pieces,
+    type_name,
 )
 
 __all__ = ["OpenAIResponses", "iter_events", "sse_event"]
@@ -122,28 +123,19 @@ class OpenAIResponses:
     # -- requests ---------------------------------------------------------------
 
     def validate(self, body: JSON) -> None:
-        _expect(isinstance(body, dict),
-                f"The request body must be a JSON object, but got {_type_name(body)} instead.",
-                "body")
-        assert isinstance(body, dict)
-        if "model" not in body:
-            raise InvalidRequest("Missing required parameter: 'model'.", param="model",
-                                 code="missing_required_parameter")
-        _expect(isinstance(body["model"], str),
-                f"Invalid type for 'model': expected a string, but got "
-                f"{_type_name(body['model'])} instead.", "model")
+        body = require_object_with_model(body)
         if "input" not in body:
             raise InvalidRequest("Missing required parameter: 'input'.", param="input",
                                  code="missing_required_parameter")
         items = body["input"]
-        _expect(isinstance(items, (str, list)),
+        expect(isinstance(items, (str, list)),
                 f"Invalid type for 'input': expected one of a string or array of input items, "
-                f"but got {_type_name(items)} instead.", "input")
+                f"but got {type_name(items)} instead.", "input")
         for i, item in enumerate(items if isinstance(items, list) else []):
             where = f"input[{i}]"
-            _expect(isinstance(item, dict),
+            expect(isinstance(item, dict),
                     f"Invalid type for '{where}': expected an object, but got "
-                    f"{_type_name(item)} instead.", where)
+                    f"{type_name(item)} instead.", where)
             kind = item.get("type", "message")
             if kind == "message":
                 role = item.get("role")
@@ -151,13 +143,13 @@ class OpenAIResponses:
                     raise InvalidRequest(f"Missing required parameter: '{where}.role'.",
                                          param=f"{where}.role",
                                          code="missing_required_parameter")
-                _expect(role in INPUT_ROLES,
+                expect(role in INPUT_ROLES,
                         f"Invalid value: {json.dumps(role)}. Supported values are: "
                         + ", ".join(f"'{r}'" for r in sorted(INPUT_ROLES)) + ".",
                         f"{where}.role", "invalid_value")
-                _expect(isinstance(item.get("content"), (str, list)),
+                expect(isinstance(item.get("content"), (str, list)),
                         f"Invalid type for '{where}.content': expected one of a string or "
-                        f"array of input content, but got {_type_name(item.get('content'))} "
+                        f"array of input content, but got {type_name(item.get('content'))} "
                         f"instead.", f"{where}.content")
             elif kind == "function_call_output":
                 for key in ("call_id", "output"):
@@ -167,22 +159,22 @@ class OpenAIResponses:
                                              code="missing_required_parameter")
             elif kind == "function_call":
                 for key in ("call_id", "name", "arguments"):
-                    _expect(isinstance(item.get(key), str),
+                    expect(isinstance(item.get(key), str),
                             f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}",
                             "missing_required_parameter")
         for key, kind_name, types in _TYPED_FIELDS:
             value = body.get(key)
             if value is not None:
-                _expect(isinstance(value, types) and not (bool not in types
+                expect(isinstance(value, types) and not (bool not in types
                                                          and isinstance(value, bool)),
                         f"Invalid type for '{key}': expected {kind_name}, but got "
-                        f"{_type_name(value)} instead.", key)
+                        f"{type_name(value)} instead.", key)
         for i, tool in enumerate(body.get("tools") or []):
-            _expect(isinstance(tool, dict) and isinstance(tool.get("type"), str),
+            expect(isinstance(tool, dict) and isinstance(tool.get("type"), str),
                     f"Missing required parameter: 'tools[{i}].type'.", f"tools[{i}].type",
                     "missing_required_parameter")
             if tool.get("type") == "function":
-                _expect(isinstance(tool.get("name"), str),
+                expect(isinstance(tool.get("name"), str),
                         f"Missing required parameter: 'tools[{i}].name'.", f"tools[{i}].name",
                         "missing_required_parameter")
 
@@ -283,14 +275,14 @@ class OpenAIResponses:
                     emit("response.content_part.added", **where,
                          part={**part, "text": "", "annotations": []})
                     text = part.get("text") or ""
-                    for piece in (_text_pieces(text) if text else []):
+                    for piece in (text_pieces(text) if text else []):
                         emit("response.output_text.delta", **where, delta=piece, logprobs=[])
                     emit("response.output_text.done", **where, text=text,
                          logprobs=part.get("logprobs") or [])
                 elif part.get("type") == "refusal":
                     emit("response.content_part.added", **where, part={**part, "refusal": ""})
                     refusal = part.get("refusal") or ""
-                    for piece in (_text_pieces(refusal) if refusal else []):
+                    for piece in (text_pieces(refusal) if refusal else []):
                         emit("response.refusal.delta", **where, delta=piece)
                     emit("response.refusal.done", **where, refusal=refusal)
                 else:
@@ -300,7 +292,7 @@ class OpenAIResponses:
             emit("response.output_item.added", output_index=index,
                  item={**item, "status": "in_progress", "arguments": ""})
             arguments = item.get("arguments") or ""
-            for piece in _argument_pieces(arguments):
+            for piece in argument_pieces(arguments):
                 emit("response.function_call_arguments.delta", **at, delta=piece)
             emit("response.function_call_arguments.done", **at, arguments=arguments)
         elif kind == "reasoning":
@@ -311,7 +303,7 @@ class OpenAIResponses:
                 emit("response.reasoning_summary_part.added", **where,
                      part={"type": "summary_text", "text": ""})
                 text = summary.get("text") or ""
-                for piece in (_text_pieces(text) if text else []):
+                for piece in (text_pieces(text) if text else []):
                     emit("response.reasoning_summary_text.delta", **where, delta=piece)
                 emit("response.reasoning_summary_text.done", **where, text=text)
                 emit("response.reasoning_summary_part.done", **where,
@@ -324,7 +316,7 @@ class OpenAIResponses:
         self, status: int, message: str, *, kind: str, code: str | None = None,
         param: str | None = None, stream: bool = False,
     ) -> ResponsePlan:
-        type_ = _KIND_TYPES.get(kind) or error_type_for_status(status)[0]
+        type_ = KIND_TYPES.get(kind) or error_type_for_status(status)[0]
         data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
         return ResponsePlan(status=status, headers=JSON_HEADERS,
                             pieces=(Piece(data.encode("utf-8"), frame=False),))
@@ -414,7 +406,7 @@ class OpenAIResponses:
         found = False
         for item in broken.get("output") or []:
             if isinstance(item, dict) and item.get("type") == "function_call":
-                item["arguments"] = _cut_json(item.get("arguments") or "")
+                item["arguments"] = cut_json(item.get("arguments") or "")
                 found = True
         return broken if found else None
 
