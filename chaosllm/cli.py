@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from chaosllm import __version__
 from chaosllm.config import (
     DEFAULT_RECORD_SCENARIO,
@@ -251,6 +249,8 @@ _FAULT_PARAMS = ("remaining", "probability", "after_chunks", "after_bytes", "sta
 
 
 def _fault(args: argparse.Namespace) -> int:
+    import httpx  # only this command needs an HTTP client: not imported at start-up
+
     headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
     base = args.url.rstrip("/")
     try:

@@ -16,8 +16,6 @@ import functools
 import json
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped, unused-ignore]
-
 from chaosllm.model import JSON
 from chaosllm.providers.base import canonical_json
 
@@ -40,6 +38,8 @@ def request_schema(body: JSON) -> tuple[str, dict[str, Any]] | None:
 
 @functools.lru_cache(maxsize=256)
 def _validator(schema_text: str) -> Any:
+    import jsonschema  # type: ignore[import-untyped, unused-ignore]  # on use: slow to import
+
     schema = json.loads(schema_text)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
@@ -58,6 +58,8 @@ def answer_schema_problem(request: JSON, answer: JSON) -> str | None:
     if found is None or not isinstance(answer, dict):
         return None
     name, schema = found
+    import jsonschema  # type: ignore[import-untyped, unused-ignore]  # on use: slow to import
+
     try:
         validator = _validator(canonical_json(schema))
     except jsonschema.SchemaError as exc:

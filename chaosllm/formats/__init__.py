@@ -27,8 +27,6 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import yaml  # type: ignore[import-untyped, unused-ignore]
-
 from chaosllm.errors import RecordingError, UnknownFormat
 from chaosllm.formats import hashkeyed, trace, vcr
 from chaosllm.model import JSON, Exchange, Keying
@@ -60,7 +58,6 @@ ALIAS_DIGESTS: Mapping[str, Callable[[JSON], str]] = {
 under that keying (the exact matcher looks it up when such exchanges are loaded)."""
 
 _YAML = (".yaml", ".yml")
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _UNKNOWN_HINT = ("unknown format: this is not a chaosllm recording (a JSON object with "
                  '"chaosllm": 1), a hash-keyed fixture (<sha256>.json holding a "response" '
@@ -71,16 +68,28 @@ _UNKNOWN_HINT = ("unknown format: this is not a chaosllm recording (a JSON objec
 def read_data(path: Path) -> JSON:
     """A file's parsed content (YAML for ``.yaml``/``.yml``, else JSON); `RecordingError`
     says why it cannot be read."""
+    if path.suffix.lower() in _YAML:
+        return _read_yaml(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            if path.suffix.lower() in _YAML:
-                return yaml.load(fh, Loader=_YAML_LOADER)  # a safe loader
             return json.load(fh)
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordingError(str(path), f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise RecordingError(str(path), f"not valid JSON: {exc.msg} at line {exc.lineno} "
                                         f"column {exc.colno}") from exc
+
+
+def _read_yaml(path: Path) -> JSON:
+    # Imported on use: only cassettes are YAML, and the import costs start-up time.
+    import yaml  # type: ignore[import-untyped, unused-ignore]
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a safe loader
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.load(fh, Loader=loader)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordingError(str(path), f"cannot read: {exc}") from exc
     except yaml.YAMLError as exc:
         raise RecordingError(str(path), f"not valid YAML: {exc}") from exc
 

@@ -56,11 +56,10 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.to_thread
-import httpx
 
 from chaosllm.errors import ChaosLLMError
 from chaosllm.journal import JournalEntry
@@ -90,6 +89,9 @@ from chaosllm.record.client import (
 )
 from chaosllm.record.redact import Redactor, kept_response_headers
 from chaosllm.wire.asgi import PlanAborted, Receive, Scope, Send, send_plan
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -157,6 +159,7 @@ class Upstream:
 
     def __init__(self, url: str, *, timeouts: Timeouts = DEFAULT_TIMEOUTS,
                  transport: str = "auto") -> None:
+        import httpx  # only the record modes need it: imported on use
         try:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, TypeError) as exc:
@@ -211,6 +214,7 @@ class Upstream:
 
     async def _send_httpx(self, method: str, target: bytes,
                           headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+        import httpx  # only the record modes need it: imported on use
         loop = _running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
@@ -263,6 +267,7 @@ class _HttpxAnswer:
         return value
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
+        import httpx  # only the record modes need it: imported on use
         try:
             async for chunk in self._response.aiter_raw():
                 yield chunk
