@@ -20,8 +20,14 @@ from pathlib import Path
 
 from servers import BENCH_DIR
 
-__all__ = ["AIMOCK_DIR", "AIMOCK_PACKAGE", "Aimock", "chunk_size_for", "install_aimock",
-           "write_fixtures"]
+__all__ = [
+    "AIMOCK_DIR",
+    "AIMOCK_PACKAGE",
+    "Aimock",
+    "chunk_size_for",
+    "install_aimock",
+    "write_fixtures",
+]
 
 AIMOCK_DIR = BENCH_DIR / ".aimock"
 AIMOCK_PACKAGE = "@copilotkit/aimock@1.43.0"
@@ -35,8 +41,20 @@ class Aimock:
     node: str
 
     def argv(self, fixtures: Path, chunk_size: int) -> list[str]:
-        return [self.node, str(self.cli), "-p", "0", "-h", "127.0.0.1", "-f", str(fixtures),
-                "-c", str(chunk_size), "--log-level", "info"]
+        return [
+            self.node,
+            str(self.cli),
+            "-p",
+            "0",
+            "-h",
+            "127.0.0.1",
+            "-f",
+            str(fixtures),
+            "-c",
+            str(chunk_size),
+            "--log-level",
+            "info",
+        ]
 
 
 def install_aimock(timeout_s: float = 300.0) -> Aimock | str:
@@ -49,8 +67,20 @@ def install_aimock(timeout_s: float = 300.0) -> Aimock | str:
         AIMOCK_DIR.mkdir(parents=True, exist_ok=True)
         try:
             done = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(AIMOCK_DIR),
-                 AIMOCK_PACKAGE], capture_output=True, text=True, timeout=timeout_s, check=False)
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--prefix",
+                    str(AIMOCK_DIR),
+                    AIMOCK_PACKAGE,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             return f"npm install {AIMOCK_PACKAGE} timed out after {timeout_s:.0f} s"
         if done.returncode != 0 or not cli.exists():
@@ -73,7 +103,16 @@ def write_fixtures(root: Path, answers: dict[str, str]) -> Path:
     """One fixture file: each user message -> its answer (JSON and streaming alike)."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / "bench.json"
-    path.write_text(json.dumps({"fixtures": [
-        {"match": {"userMessage": question}, "response": {"content": answer}}
-        for question, answer in answers.items()]}, indent=2), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "fixtures": [
+                    {"match": {"userMessage": question}, "response": {"content": answer}}
+                    for question, answer in answers.items()
+                ]
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
     return root

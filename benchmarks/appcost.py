@@ -22,20 +22,36 @@ import workloads
 __all__ = ["app_costs"]
 
 Message = MutableMapping[str, Any]
-App = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
-                Callable[[Message], Awaitable[None]]], Awaitable[None]]
+App = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[Message]],
+        Callable[[Message], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
 
 
 def _scope(body: bytes) -> dict[str, Any]:
     return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-        "query_string": b"", "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"x-chaosllm-session", b"bench")],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-chaosllm-session", b"bench"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
     }
 
 
@@ -89,8 +105,9 @@ def _answer(app: App, body: bytes) -> bytes:
     return b"".join(parts)
 
 
-def app_costs(payloads: workloads.Payloads, *, requests: int = 1000,
-              repeats: int = 9) -> dict[str, float]:
+def app_costs(
+    payloads: workloads.Payloads, *, requests: int = 1000, repeats: int = 9
+) -> dict[str, float]:
     """µs per request: ``chaosllm/json``, ``bare/json``, ``chaosllm/sse``, ``bare/sse``,
     ``chaosllm/json+100 faults (session)`` and ``(model)``. The bare app answers
     with chaosllm's bytes."""
@@ -104,9 +121,14 @@ def app_costs(payloads: workloads.Payloads, *, requests: int = 1000,
     def chaos_app(faults_by: str | None) -> tuple[App, ChaosState]:
         state = ChaosState.from_config(ServerConfig(recordings=[payloads.recordings]))
         if faults_by is not None:
-            state.board.arm(parse_fault_specs(
-                [{"type": "http_503", "match": {faults_by: f"other-{faults_by}-{i}"}}
-                 for i in range(100)]))
+            state.board.arm(
+                parse_fault_specs(
+                    [
+                        {"type": "http_503", "match": {faults_by: f"other-{faults_by}-{i}"}}
+                        for i in range(100)
+                    ]
+                )
+            )
         return create_app(state=state), state
 
     chaos, state = chaos_app(None)
@@ -114,8 +136,9 @@ def app_costs(payloads: workloads.Payloads, *, requests: int = 1000,
     sse = _answer(chaos, bodies["sse"])
     if workloads.count_frames(sse) != workloads.SSE_FRAMES:
         raise RuntimeError("chaosllm's in-process stream does not have 20 frames")
-    bare = bare_app.create_app(_answer(chaos, bodies["json"]),
-                               [f + b"\n\n" for f in sse.split(b"\n\n") if f])
+    bare = bare_app.create_app(
+        _answer(chaos, bodies["json"]), [f + b"\n\n" for f in sse.split(b"\n\n") if f]
+    )
     variants: dict[str, tuple[App, bytes, ChaosState | None]] = {
         "chaosllm/json": (chaos, bodies["json"], state),
         "bare/json": (bare, bodies["json"], None),

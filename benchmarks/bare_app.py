@@ -65,12 +65,14 @@ def create_app(json_body: bytes, sse_frames: Sequence[bytes]) -> Starlette:
     async def disarm(request: Request) -> Response:
         return JSONResponse({"disarmed": 1})
 
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/__fault", arm, methods=["POST"]),
-        Route("/__fault/{id}", disarm, methods=["DELETE"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/__fault", arm, methods=["POST"]),
+            Route("/__fault/{id}", disarm, methods=["DELETE"]),
+        ]
+    )
 
 
 def _announce(port: int) -> None:
@@ -100,8 +102,9 @@ def _serve_uvicorn(app: Starlette, uvloop: bool) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)
-    config = uvicorn.Config(app, loop=loop, http=http, log_level="warning", access_log=False,
-                            lifespan="off")
+    config = uvicorn.Config(
+        app, loop=loop, http=http, log_level="warning", access_log=False, lifespan="off"
+    )
     _announce(sock.getsockname()[1])
     try:
         uvicorn.Server(config).run(sockets=[sock])
@@ -129,12 +132,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="bare Starlette baseline server")
     parser.add_argument("--server", choices=("builtin", "uvicorn"), required=True)
     parser.add_argument("--no-uvloop", action="store_true", help="uvicorn on plain asyncio")
-    parser.add_argument("--payloads", type=Path, required=True,
-                        help='JSON file {"json": str, "sse_frames": [str, ...]}')
+    parser.add_argument(
+        "--payloads",
+        type=Path,
+        required=True,
+        help='JSON file {"json": str, "sse_frames": [str, ...]}',
+    )
     args = parser.parse_args(argv)
     payloads = json.loads(args.payloads.read_text(encoding="utf-8"))
-    app = create_app(payloads["json"].encode("utf-8"),
-                     [frame.encode("utf-8") for frame in payloads["sse_frames"]])
+    app = create_app(
+        payloads["json"].encode("utf-8"),
+        [frame.encode("utf-8") for frame in payloads["sse_frames"]],
+    )
     if args.server == "uvicorn":
         with contextlib.suppress(KeyboardInterrupt):
             _serve_uvicorn(app, uvloop=not args.no_uvloop)

@@ -68,8 +68,12 @@ def chaosllm(*args: str) -> Iterator[str]:
     """`chaosllm serve --port 0 ARGS` in a subprocess; yields its base URL."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "chaosllm", "serve", "--port", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-        start_new_session=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -97,14 +101,18 @@ class Caller:
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
-                                               timeout=10)
+        self.conn = http.client.HTTPConnection(
+            parts.hostname or "127.0.0.1", parts.port, timeout=10
+        )
 
     def __call__(self, body: bytes) -> float:
         started = time.perf_counter()
-        self.conn.request("POST", "/v1/chat/completions", body=body,
-                          headers={"content-type": "application/json",
-                                   "authorization": "Bearer sk-bench"})
+        self.conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=body,
+            headers={"content-type": "application/json", "authorization": "Bearer sk-bench"},
+        )
         response = self.conn.getresponse()
         response.read()
         elapsed = time.perf_counter() - started
@@ -148,7 +156,8 @@ def latency(direct_url: str, proxy_url: str, body: bytes, samples: int) -> dict[
         "proxy_p99_ms": round(percentile(p, 0.99) * ms, 3),
         "added_p50_ms": round((statistics.median(p) - statistics.median(d)) * ms, 3),
         "added_p50_paired_ms": round(
-            statistics.median([b - a for a, b in zip(d, p, strict=True)]) * ms, 3),
+            statistics.median([b - a for a, b in zip(d, p, strict=True)]) * ms, 3
+        ),
     }
 
 
@@ -156,12 +165,25 @@ def latency(direct_url: str, proxy_url: str, body: bytes, samples: int) -> dict[
 
 
 def wrk(url: str, body_file: Path, seconds: float, connections: int) -> float:
-    args = [shutil.which("wrk") or "wrk", "-t", "1", "-c", str(connections),
-            "-d", f"{max(1, round(seconds))}s", "--timeout", "10s", "-s", str(POST_LUA),
-            url + "/v1/chat/completions", "--", str(body_file), "Authorization",
-            "Bearer sk-bench"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60,
-                          check=False)
+    args = [
+        shutil.which("wrk") or "wrk",
+        "-t",
+        "1",
+        "-c",
+        str(connections),
+        "-d",
+        f"{max(1, round(seconds))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(POST_LUA),
+        url + "/v1/chat/completions",
+        "--",
+        str(body_file),
+        "Authorization",
+        "Bearer sk-bench",
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60, check=False)
     for line in done.stdout.splitlines():
         if line.startswith("WRKJSON "):
             summary = json.loads(line.removeprefix("WRKJSON "))
@@ -173,8 +195,9 @@ def wrk(url: str, body_file: Path, seconds: float, connections: int) -> float:
     raise RuntimeError(f"wrk failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
 
 
-def _worker(url: str, body: bytes, deadline: float, connections: int,
-            out: Any) -> None:  # pragma: no cover - runs in a worker process
+def _worker(
+    url: str, body: bytes, deadline: float, connections: int, out: Any
+) -> None:  # pragma: no cover - runs in a worker process
     import threading
 
     counts = [0] * connections
@@ -202,9 +225,12 @@ def pool_load(url: str, body: bytes, seconds: float, connections: int) -> float:
     queue: Any = multiprocessing.get_context("spawn").Queue()
     start = time.time() + 1.0
     deadline = start + seconds
-    procs = [multiprocessing.get_context("spawn").Process(
-        target=_worker, args=(url, body, deadline, max(1, connections // workers), queue))
-        for _ in range(workers)]
+    procs = [
+        multiprocessing.get_context("spawn").Process(
+            target=_worker, args=(url, body, deadline, max(1, connections // workers), queue)
+        )
+        for _ in range(workers)
+    ]
     for proc in procs:
         proc.start()
     total = sum(queue.get(timeout=seconds + 60) for _ in procs)
@@ -213,8 +239,9 @@ def pool_load(url: str, body: bytes, seconds: float, connections: int) -> float:
     return total / (seconds + 1.0)
 
 
-def throughput(direct_url: str, proxy_url: str, body: bytes, seconds: float,
-               connections: int) -> dict[str, Any]:
+def throughput(
+    direct_url: str, proxy_url: str, body: bytes, seconds: float, connections: int
+) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as fh:
         fh.write(body)
         body_file = Path(fh.name)
@@ -231,9 +258,14 @@ def throughput(direct_url: str, proxy_url: str, body: bytes, seconds: float,
             proxied = pool_load(proxy_url, body, seconds, connections)
     finally:
         body_file.unlink()
-    return {"tool": tool, "connections": connections, "seconds": seconds,
-            "direct_rps": round(direct, 1), "proxy_rps": round(proxied, 1),
-            "ratio": round(proxied / direct, 3) if direct else 0.0}
+    return {
+        "tool": tool,
+        "connections": connections,
+        "seconds": seconds,
+        "direct_rps": round(direct, 1),
+        "proxy_rps": round(proxied, 1),
+        "ratio": round(proxied / direct, 3) if direct else 0.0,
+    }
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -258,32 +290,45 @@ def main(argv: list[str] | None = None) -> int:
             body = request_body(recording, stream=stream)
             print(f"[{name}] latency: {samples} sequential calls each way ...", flush=True)
             lat = latency(upstream, proxy, body, samples)
-            print(f"[{name}] throughput: {seconds:g} s at {args.connections} connections "
-                  f"each way ...", flush=True)
+            print(
+                f"[{name}] throughput: {seconds:g} s at {args.connections} connections "
+                f"each way ...",
+                flush=True,
+            )
             tput = throughput(upstream, proxy, body, seconds, args.connections)
             results[name] = {"latency": lat, "throughput": tput}
 
     print()
-    print(f"{'workload':<8} {'figure':<34} {'direct':>10} {'proxied':>10} {'value':>9} "
-          f"{'target':>8}  verdict")
+    print(
+        f"{'workload':<8} {'figure':<34} {'direct':>10} {'proxied':>10} {'value':>9} "
+        f"{'target':>8}  verdict"
+    )
     met_all = True
     for name in WORKLOADS:
         lat, tput = results[name]["latency"], results[name]["throughput"]
         added = lat["added_p50_ms"]
         ok = added <= LATENCY_TARGET_MS
         met_all &= ok
-        print(f"{name:<8} {'p50 latency per call (ms), added':<34} {lat['direct_p50_ms']:>10.3f} "
-              f"{lat['proxy_p50_ms']:>10.3f} {added:>9.3f} {'<= 1 ms':>8}  "
-              f"{'met' if ok else 'NOT MET'}")
-        print(f"{'':<8} {'p99 latency per call (ms)':<34} {lat['direct_p99_ms']:>10.3f} "
-              f"{lat['proxy_p99_ms']:>10.3f}")
+        print(
+            f"{name:<8} {'p50 latency per call (ms), added':<34} {lat['direct_p50_ms']:>10.3f} "
+            f"{lat['proxy_p50_ms']:>10.3f} {added:>9.3f} {'<= 1 ms':>8}  "
+            f"{'met' if ok else 'NOT MET'}"
+        )
+        print(
+            f"{'':<8} {'p99 latency per call (ms)':<34} {lat['direct_p99_ms']:>10.3f} "
+            f"{lat['proxy_p99_ms']:>10.3f}"
+        )
         ok = tput["ratio"] >= THROUGHPUT_TARGET
         met_all &= ok
-        print(f"{'':<8} {'throughput (req/s), proxied/direct':<34} {tput['direct_rps']:>10.1f} "
-              f"{tput['proxy_rps']:>10.1f} {tput['ratio']:>8.2f}x {'>= 0.5x':>8}  "
-              f"{'met' if ok else 'NOT MET'}")
-    print(f"\nload: {results['json']['throughput']['tool']}; {results['cpus']} CPUs; "
-          f"Python {results['python']}")
+        print(
+            f"{'':<8} {'throughput (req/s), proxied/direct':<34} {tput['direct_rps']:>10.1f} "
+            f"{tput['proxy_rps']:>10.1f} {tput['ratio']:>8.2f}x {'>= 0.5x':>8}  "
+            f"{'met' if ok else 'NOT MET'}"
+        )
+    print(
+        f"\nload: {results['json']['throughput']['tool']}; {results['cpus']} CPUs; "
+        f"Python {results['python']}"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0 if met_all else 1

@@ -36,7 +36,8 @@ def arm_non_matching(url: str, by: str, count: int = 100) -> list[str]:
     """Arm `count` http_503 faults that can never match the benchmark's requests:
     ``by="session"``: each for another session; ``by="model"``: each for another model."""
     specs: list[dict[str, Any]] = [
-        {"type": "http_503", "match": {by: f"other-{by}-{i}"}} for i in range(count)]
+        {"type": "http_503", "match": {by: f"other-{by}-{i}"}} for i in range(count)
+    ]
     with _client(url) as client:
         response = client.post("/__fault", json=specs)
         response.raise_for_status()
@@ -76,8 +77,10 @@ def round_trips(url: str, iterations: int, warmup: int = 100) -> list[float]:
             disarmed = client.delete(f"/__fault/{fault_id}")
             elapsed = (time.perf_counter() - start) * 1000
             if armed.status_code != 201 or disarmed.status_code != 200:
-                raise RuntimeError(f"arm {armed.status_code} / disarm {disarmed.status_code}: "
-                                   f"{disarmed.text[:200]}")
+                raise RuntimeError(
+                    f"arm {armed.status_code} / disarm {disarmed.status_code}: "
+                    f"{disarmed.text[:200]}"
+                )
             if i >= warmup:
                 times.append(elapsed)
     return times
@@ -98,8 +101,10 @@ class _RawClient:
         self.sock.close()
 
     def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        head = (f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
-                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n")
+        head = (
+            f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        )
         self.sock.sendall(head.encode("ascii") + body)
         while b"\r\n\r\n" not in self.buffer:
             self._fill()
@@ -153,15 +158,17 @@ def take_cost_us(armed: int = 100, calls: int = 20_000) -> dict[str, float]:
     matches, with `armed` faults (by session, by model) and with none."""
     from chaosllm.faults import FaultBoard, RequestInfo, parse_fault_specs
 
-    request = RequestInfo(path="/v1/chat/completions", model="gpt-4o-mini", session="bench",
-                          stream=False)
+    request = RequestInfo(
+        path="/v1/chat/completions", model="gpt-4o-mini", session="bench", stream=False
+    )
     costs: dict[str, float] = {}
     for label, specs in (
         ("none", []),
-        ("session", [{"type": "http_503", "match": {"session": f"other-{i}"}}
-                     for i in range(armed)]),
-        ("model", [{"type": "http_503", "match": {"model": f"other-{i}"}}
-                   for i in range(armed)]),
+        (
+            "session",
+            [{"type": "http_503", "match": {"session": f"other-{i}"}} for i in range(armed)],
+        ),
+        ("model", [{"type": "http_503", "match": {"model": f"other-{i}"}} for i in range(armed)]),
     ):
         board = FaultBoard()
         if specs:

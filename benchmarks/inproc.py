@@ -52,9 +52,13 @@ def startup_times(recordings: Path, runs: int, expected: int) -> list[float]:
     """Seconds from spawn to "chaosllm listening on", for `runs` fresh processes."""
     times: list[float] = []
     for i in range(runs):
-        server = start_server(f"chaosllm-startup-{i}", chaosllm_argv(
-            ["serve", "--server", "builtin", "--port", "0", "--recordings", str(recordings)]),
-            timeout=120.0)
+        server = start_server(
+            f"chaosllm-startup-{i}",
+            chaosllm_argv(
+                ["serve", "--server", "builtin", "--port", "0", "--recordings", str(recordings)]
+            ),
+            timeout=120.0,
+        )
         try:
             with httpx.Client(timeout=10.0, trust_env=False) as client:
                 loaded = client.get(server.url + "/health").json().get("recordings")
@@ -85,8 +89,13 @@ print(json.dumps({"times": times, "count": count, "errors": errors}))
 def store_load_times(recordings: Path, runs: int, expected: int) -> list[float]:
     """`RecordingStore.load` alone, `runs` times, in a fresh interpreter (so that the
     benchmark driver's own heap does not slow its garbage collections)."""
-    done = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, str(recordings), str(runs)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_SNIPPET, str(recordings), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"RecordingStore.load failed:\n{done.stderr}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -107,13 +116,21 @@ class MissPath:
 
     def to_json(self) -> dict[str, Any]:
         def stats(values: list[float]) -> dict[str, float]:
-            return {"n": len(values), "p50_ms": round(percentile(values, 50), 3),
-                    "p99_ms": round(percentile(values, 99), 3),
-                    "max_ms": round(max(values), 3) if values else float("nan")}
+            return {
+                "n": len(values),
+                "p50_ms": round(percentile(values, 50), 3),
+                "p99_ms": round(percentile(values, 99), 3),
+                "max_ms": round(max(values), 3) if values else float("nan"),
+            }
 
-        return {"recordings": self.recordings, "index_build_s": round(self.index_build_s, 3),
-                "queries": self.queries, "misses": self.misses,
-                "match_miss": stats(self.match_miss_ms), "explain_miss": stats(self.explain_ms)}
+        return {
+            "recordings": self.recordings,
+            "index_build_s": round(self.index_build_s, 3),
+            "queries": self.queries,
+            "misses": self.misses,
+            "match_miss": stats(self.match_miss_ms),
+            "explain_miss": stats(self.explain_ms),
+        }
 
 
 def _edited(body: dict[str, Any], rng: random.Random, fraction: float) -> dict[str, Any]:
@@ -140,8 +157,9 @@ def miss_path(recordings: Path, queries: int, seed: int = 11) -> MissPath:
     matcher = Matcher(store)
     start = time.perf_counter()
     matcher.warm()
-    result = MissPath(recordings=len(store.exchanges),
-                      index_build_s=time.perf_counter() - start, queries=queries)
+    result = MissPath(
+        recordings=len(store.exchanges), index_build_s=time.perf_counter() - start, queries=queries
+    )
     rng = random.Random(seed)
     bodies: list[dict[str, Any]] = []
     for i in range(queries):
@@ -150,9 +168,15 @@ def miss_path(recordings: Path, queries: int, seed: int = 11) -> MissPath:
             bodies.append(_edited(dict(source), rng, 0.4))
         else:
             words = [f"novel{rng.randrange(10**5)}" for _ in range(rng.randint(10, 60))]
-            bodies.append({"model": "gpt-4o-mini", "messages": [
-                {"role": "system", "content": "You are a benchmark."},
-                {"role": "user", "content": " ".join(words)}]})
+            bodies.append(
+                {
+                    "model": "gpt-4o-mini",
+                    "messages": [
+                        {"role": "system", "content": "You are a benchmark."},
+                        {"role": "user", "content": " ".join(words)},
+                    ],
+                }
+            )
     for body in bodies:
         digest = provider.digest(body)
         start = time.perf_counter()
@@ -176,8 +200,11 @@ class JournalGC:
     objects_per_entry: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"entries": self.sizes, "gc_collect_ms": [round(t, 1) for t in self.collect_ms],
-                "gc_tracked_objects_per_entry": round(self.objects_per_entry, 1)}
+        return {
+            "entries": self.sizes,
+            "gc_collect_ms": [round(t, 1) for t in self.collect_ms],
+            "gc_tracked_objects_per_entry": round(self.objects_per_entry, 1),
+        }
 
 
 def journal_gc(sizes: Sequence[int] = (0, 10_000, 100_000)) -> JournalGC:
@@ -192,10 +219,18 @@ def journal_gc(sizes: Sequence[int] = (0, 10_000, 100_000)) -> JournalGC:
         gc.collect()
         before = len(gc.get_objects())
         for i in range(size):
-            entry = journal.add(session=None, method="POST", path="/v1/chat/completions",
-                                model="gpt-4o-mini", stream=False, digest=f"{i:064x}",
-                                recording="simple-chat/0001", match="exact", score=1.0,
-                                status=200)
+            entry = journal.add(
+                session=None,
+                method="POST",
+                path="/v1/chat/completions",
+                model="gpt-4o-mini",
+                stream=False,
+                digest=f"{i:064x}",
+                recording="simple-chat/0001",
+                match="exact",
+                score=1.0,
+                status=200,
+            )
             entry.report.bytes_sent = 1000
         if size:
             per_entry = (len(gc.get_objects()) - before) / size
@@ -218,16 +253,26 @@ class NearestResult:
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"argv": self.argv, "rows": self.rows, "output": self.lines,
-                "seconds": round(self.seconds, 1)}
+        return {
+            "argv": self.argv,
+            "rows": self.rows,
+            "output": self.lines,
+            "seconds": round(self.seconds, 1),
+        }
 
 
 _ROW = re.compile(r"^(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+([\d.]+)%)?\s*$")
 
 
 def run_bench_nearest(n: int, queries: int, timeout_s: float = 900.0) -> NearestResult:
-    argv = [sys.executable, str(BENCH_DIR / "bench_nearest.py"), "--n", str(n),
-            "--queries", str(queries)]
+    argv = [
+        sys.executable,
+        str(BENCH_DIR / "bench_nearest.py"),
+        "--n",
+        str(n),
+        "--queries",
+        str(queries),
+    ]
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
@@ -236,16 +281,23 @@ def run_bench_nearest(n: int, queries: int, timeout_s: float = 900.0) -> Nearest
     for line in done.stdout.splitlines():
         found = _ROW.match(line)
         if found:
-            row = {"n": float(found.group(2)), "p50_ms": float(found.group(3)),
-                   "p99_ms": float(found.group(4)), "max_ms": float(found.group(5))}
+            row = {
+                "n": float(found.group(2)),
+                "p50_ms": float(found.group(3)),
+                "p99_ms": float(found.group(4)),
+                "max_ms": float(found.group(5)),
+            }
             if found.group(6):
                 row["found_pct"] = float(found.group(6))
             rows[found.group(1)] = row
     if "all" not in rows:
         raise RuntimeError(f"cannot read bench_nearest.py's output:\n{done.stdout}")
-    return NearestResult(argv=[Path(a).name if i < 2 else a for i, a in enumerate(argv)],
-                         rows=rows, lines=done.stdout.splitlines(),
-                         seconds=time.perf_counter() - start)
+    return NearestResult(
+        argv=[Path(a).name if i < 2 else a for i, a in enumerate(argv)],
+        rows=rows,
+        lines=done.stdout.splitlines(),
+        seconds=time.perf_counter() - start,
+    )
 
 
 def median(values: Sequence[float]) -> float:

@@ -33,10 +33,18 @@ class _GCStats:
 
     def report(self) -> None:
         for generation, pauses in self.pauses.items():
-            print("GCSTATS " + json.dumps({
-                "generation": generation, "collections": len(pauses),
-                "total_ms": round(sum(pauses), 1),
-                "max_ms": round(max(pauses), 1) if pauses else 0.0}), flush=True)
+            print(
+                "GCSTATS "
+                + json.dumps(
+                    {
+                        "generation": generation,
+                        "collections": len(pauses),
+                        "total_ms": round(sum(pauses), 1),
+                        "max_ms": round(max(pauses), 1) if pauses else 0.0,
+                    }
+                ),
+                flush=True,
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,15 +78,35 @@ class LoadResult:
         return asdict(self)
 
 
-def _wrk(url: str, body_file: Path, headers: Mapping[str, str], duration_s: float,
-         settings: LoadSettings) -> dict[str, Any]:
-    args = [require_wrk(), "-t", str(settings.threads), "-c", str(settings.connections),
-            "-d", f"{max(1, round(duration_s))}s", "--timeout", f"{settings.timeout_s:g}s",
-            "-s", str(POST_LUA), url, "--", str(body_file)]
+def _wrk(
+    url: str, body_file: Path, headers: Mapping[str, str], duration_s: float, settings: LoadSettings
+) -> dict[str, Any]:
+    args = [
+        require_wrk(),
+        "-t",
+        str(settings.threads),
+        "-c",
+        str(settings.connections),
+        "-d",
+        f"{max(1, round(duration_s))}s",
+        "--timeout",
+        f"{settings.timeout_s:g}s",
+        "-s",
+        str(POST_LUA),
+        url,
+        "--",
+        str(body_file),
+    ]
     for name, value in headers.items():
         args += [name, value]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=duration_s + 60,
-                          check=False, preexec_fn=affinity("load"))
+    done = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=duration_s + 60,
+        check=False,
+        preexec_fn=affinity("load"),
+    )
     for line in done.stdout.splitlines():
         if line.startswith("WRKJSON "):
             summary: dict[str, Any] = json.loads(line.removeprefix("WRKJSON "))
@@ -94,8 +114,14 @@ def _wrk(url: str, body_file: Path, headers: Mapping[str, str], duration_s: floa
     raise RuntimeError(f"wrk failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
 
 
-def run_wrk(url: str, body_file: Path, settings: LoadSettings,
-            headers: Mapping[str, str] | None = None, *, pid: int | None = None) -> LoadResult:
+def run_wrk(
+    url: str,
+    body_file: Path,
+    settings: LoadSettings,
+    headers: Mapping[str, str] | None = None,
+    *,
+    pid: int | None = None,
+) -> LoadResult:
     """Warm up for ``settings.warmup_s``, then measure for ``settings.duration_s``
     (and the CPU use of process `pid` meanwhile)."""
     headers = dict(headers or {})
@@ -105,9 +131,15 @@ def run_wrk(url: str, body_file: Path, settings: LoadSettings,
         raw = _wrk(url, body_file, headers, settings.duration_s, settings)
     duration = raw["duration_us"] / 1e6
     return LoadResult(
-        requests=raw["requests"], duration_s=round(duration, 3),
+        requests=raw["requests"],
+        duration_s=round(duration, 3),
         rps=round(raw["requests"] / duration, 1) if duration > 0 else 0.0,
-        p50_ms=raw["p50_us"] / 1000, p90_ms=raw["p90_us"] / 1000, p99_ms=raw["p99_us"] / 1000,
-        max_ms=raw["max_us"] / 1000, mean_ms=round(raw["mean_us"] / 1000, 3),
-        errors={k: int(v) for k, v in raw["errors"].items()}, server_cpu_pct=probe.pid_pct,
-        other_cpu_pct=probe.other_pct)
+        p50_ms=raw["p50_us"] / 1000,
+        p90_ms=raw["p90_us"] / 1000,
+        p99_ms=raw["p99_us"] / 1000,
+        max_ms=raw["max_us"] / 1000,
+        mean_ms=round(raw["mean_us"] / 1000, 3),
+        errors={k: int(v) for k, v in raw["errors"].items()},
+        server_cpu_pct=probe.pid_pct,
+        other_cpu_pct=probe.other_pct,
+    )

@@ -73,8 +73,12 @@ class Interference:
         self._start = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         elapsed = time.perf_counter() - self._start
         machine = _machine_busy_seconds()
         own = _own_seconds() - self._own

@@ -40,14 +40,18 @@ class Profile:
     """Self time per package (chaosllm.wire, chaosllm (app), starlette, uvicorn, h11...)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"samples": self.samples,
-                "self_by_package_pct": [[name, round(pct, 1)] for name, pct in self.by_package],
-                "top_self_pct": [[name, round(pct, 1)] for name, pct in self.top_self],
-                "top_inclusive_pct": [[name, round(pct, 1)] for name, pct in self.top_inclusive]}
+        return {
+            "samples": self.samples,
+            "self_by_package_pct": [[name, round(pct, 1)] for name, pct in self.by_package],
+            "top_self_pct": [[name, round(pct, 1)] for name, pct in self.top_self],
+            "top_inclusive_pct": [[name, round(pct, 1)] for name, pct in self.top_inclusive],
+        }
 
     def lines(self, n: int = 15) -> list[str]:
-        out = [f"  {self.samples} samples; self time by package: " + ", ".join(
-            f"{name} {pct:.0f}%" for name, pct in self.by_package)]
+        out = [
+            f"  {self.samples} samples; self time by package: "
+            + ", ".join(f"{name} {pct:.0f}%" for name, pct in self.by_package)
+        ]
         out.append("  top self time:")
         out += [f"    {pct:5.1f}%  {name}" for name, pct in self.top_self[:n]]
         out.append("  chaosllm functions, inclusive time:")
@@ -105,26 +109,49 @@ def summarise_collapsed(text: str, top: int = 60) -> Profile:
         by_package=[(n, 100 * c / total) for n, c in packages.most_common(12)],
         top_self=[(n, 100 * c / total) for n, c in self_counts.most_common(top)],
         # The functions of chaosllm with the most time under them (entry points left out).
-        top_inclusive=[(n, 100 * c / total) for n, c in incl_counts.most_common()
-                       if "(chaosllm/" in n and c < 0.99 * total][:top])
+        top_inclusive=[
+            (n, 100 * c / total)
+            for n, c in incl_counts.most_common()
+            if "(chaosllm/" in n and c < 0.99 * total
+        ][:top],
+    )
 
 
-def profile_server(pid: int, url: str, body_file: Path, settings: LoadSettings,
-                   seconds: int = 5) -> Profile | str:
+def profile_server(
+    pid: int, url: str, body_file: Path, settings: LoadSettings, seconds: int = 5
+) -> Profile | str:
     """Sample `pid` with py-spy for `seconds` under wrk load; the summary, or why not."""
     py_spy = shutil.which("py-spy")
     if py_spy is None:
         return "py-spy not installed (pip install py-spy)"
     with tempfile.TemporaryDirectory(prefix="chaosllm-prof-") as tmp:
         out = Path(tmp) / "stacks.txt"
-        argv = [py_spy, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "500",
-                "--format", "raw", "--output", str(out)]
-        load = LoadSettings(duration_s=seconds + 1, warmup_s=0, threads=settings.threads,
-                            connections=settings.connections, timeout_s=settings.timeout_s)
+        argv = [
+            py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(seconds),
+            "--rate",
+            "500",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+        ]
+        load = LoadSettings(
+            duration_s=seconds + 1,
+            warmup_s=0,
+            threads=settings.threads,
+            connections=settings.connections,
+            timeout_s=settings.timeout_s,
+        )
         wrk = threading.Thread(target=run_wrk, args=(url, body_file, load), daemon=True)
         wrk.start()
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60,
-                              check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=seconds + 60, check=False
+        )
         wrk.join(seconds + 60)
         if done.returncode != 0 or not out.exists():
             return f"py-spy failed ({done.returncode}): {(done.stderr or done.stdout)[-300:]}"

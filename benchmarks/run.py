@@ -72,6 +72,8 @@ def pause_for_idle(limit_s: float = 60.0) -> None:
     _IDLE_BUDGET[0] -= waited
     if waited > 2.5:
         say(f"      (waited {waited:.0f} s for other processes; now {_pct(others)})")
+
+
 SESSION = {"X-Chaosllm-Session": "bench"}
 
 
@@ -90,8 +92,14 @@ class Figure:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "unit": self.unit,
-                "target": self.target or None, "met": self.met, "note": self.note or None}
+        return {
+            "name": self.name,
+            "value": self.value,
+            "unit": self.unit,
+            "target": self.target or None,
+            "met": self.met,
+            "note": self.note or None,
+        }
 
 
 @dataclass
@@ -100,8 +108,16 @@ class Results:
     figures: list[Figure] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, name: str, value: float | None, unit: str, *, at_least: float | None = None,
-            at_most: float | None = None, note: str = "") -> Figure:
+    def add(
+        self,
+        name: str,
+        value: float | None,
+        unit: str,
+        *,
+        at_least: float | None = None,
+        at_most: float | None = None,
+        note: str = "",
+    ) -> Figure:
         target, met = "", None
         if value is not None and at_least is not None:
             target, met = f">= {at_least:g}{unit}", value >= at_least
@@ -139,9 +155,16 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def print_table(figures: Sequence[Figure]) -> None:
-    rows = [(f.name, _fmt(f.value, f.unit), f.target or "-",
-             "met" if f.met else ("NOT MET" if f.met is False else "-"), f.note)
-            for f in figures]
+    rows = [
+        (
+            f.name,
+            _fmt(f.value, f.unit),
+            f.target or "-",
+            "met" if f.met else ("NOT MET" if f.met is False else "-"),
+            f.note,
+        )
+        for f in figures
+    ]
     head = ("figure", "value", "target", "status", "note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     line = "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=False)) + "  " + head[4]
@@ -170,24 +193,40 @@ def server_kinds() -> list[ServerKind]:
     if importlib.util.find_spec("uvicorn") is None:
         return kinds
     if importlib.util.find_spec("uvloop") is not None:
-        kinds.append(ServerKind("uvicorn+uvloop", ("--server", "uvicorn"), True,
-                                ("--server", "uvicorn")))
-    kinds.append(ServerKind("uvicorn+asyncio", ("--server", "uvicorn"), False,
-                            ("--server", "uvicorn", "--no-uvloop")))
+        kinds.append(
+            ServerKind("uvicorn+uvloop", ("--server", "uvicorn"), True, ("--server", "uvicorn"))
+        )
+    kinds.append(
+        ServerKind(
+            "uvicorn+asyncio",
+            ("--server", "uvicorn"),
+            False,
+            ("--server", "uvicorn", "--no-uvloop"),
+        )
+    )
     return kinds
 
 
-def start_chaosllm(kind: ServerKind, recordings: Path) -> contextlib.AbstractContextManager[
-        ServerProcess]:
-    argv = chaosllm_argv(["serve", *kind.chaos_args, "--port", "0", "--recordings",
-                          str(recordings)], uvloop=kind.uvloop)
+def start_chaosllm(
+    kind: ServerKind, recordings: Path
+) -> contextlib.AbstractContextManager[ServerProcess]:
+    argv = chaosllm_argv(
+        ["serve", *kind.chaos_args, "--port", "0", "--recordings", str(recordings)],
+        uvloop=kind.uvloop,
+    )
     return running(f"chaosllm[{kind.label}]", argv)
 
 
-def start_bare(kind: ServerKind, payload_file: Path) -> contextlib.AbstractContextManager[
-        ServerProcess]:
-    argv = [sys.executable, str(BENCH_DIR / "bare_app.py"), *kind.bare_args,
-            "--payloads", str(payload_file)]
+def start_bare(
+    kind: ServerKind, payload_file: Path
+) -> contextlib.AbstractContextManager[ServerProcess]:
+    argv = [
+        sys.executable,
+        str(BENCH_DIR / "bare_app.py"),
+        *kind.bare_args,
+        "--payloads",
+        str(payload_file),
+    ]
     return running(f"bare[{kind.label}]", argv)
 
 
@@ -195,28 +234,40 @@ def chat_url(server: ServerProcess) -> str:
     return server.url + "/v1/chat/completions"
 
 
-def check_answer(server: ServerProcess, payloads: workloads.Payloads, kind: str,
-                 expected: bytes | None, headers: dict[str, str] | None = None) -> bytes:
+def check_answer(
+    server: ServerProcess,
+    payloads: workloads.Payloads,
+    kind: str,
+    expected: bytes | None,
+    headers: dict[str, str] | None = None,
+) -> bytes:
     """One request as wrk sends it: a 200 (a replay, for chaosllm) with 20 frames for SSE."""
     response = workloads.fetch(chat_url(server), payloads.request_file(kind), headers)
     if response.status_code != 200:
-        raise ServerError(f"{server.name}: {kind} answered {response.status_code}: "
-                          f"{response.text[:300]}")
+        raise ServerError(
+            f"{server.name}: {kind} answered {response.status_code}: {response.text[:300]}"
+        )
     match = response.headers.get("x-chaosllm-match")
     if server.name.startswith("chaosllm") and match != "exact":
         raise ServerError(f"{server.name}: {kind} was not an exact replay (match {match!r})")
     if kind == "sse":
         frames = workloads.count_frames(response.content)
         if frames != workloads.SSE_FRAMES:
-            raise ServerError(f"{server.name}: the stream has {frames} frames, not "
-                              f"{workloads.SSE_FRAMES}")
+            raise ServerError(
+                f"{server.name}: the stream has {frames} frames, not {workloads.SSE_FRAMES}"
+            )
     if expected is not None and response.content != expected:
         raise ServerError(f"{server.name}: {kind} body differs from chaosllm's")
     return response.content
 
 
-def measure(server: ServerProcess, payloads: workloads.Payloads, kind: str,
-            settings: LoadSettings, headers: dict[str, str] | None = None) -> LoadResult:
+def measure(
+    server: ServerProcess,
+    payloads: workloads.Payloads,
+    kind: str,
+    settings: LoadSettings,
+    headers: dict[str, str] | None = None,
+) -> LoadResult:
     """One cell. Re-measured (at most `ATTEMPTS` times in all) while other processes use
     more than `NOISY_PCT` % of a core meanwhile; the least disturbed attempt is kept."""
     best: LoadResult | None = None
@@ -225,16 +276,19 @@ def measure(server: ServerProcess, payloads: workloads.Payloads, kind: str,
             pause_for_idle()
         if server.name.startswith("chaosllm"):
             faultbench.clear_journal(server.url)
-        result = run_wrk(chat_url(server), payloads.request_file(kind), settings, headers,
-                         pid=server.pid)
+        result = run_wrk(
+            chat_url(server), payloads.request_file(kind), settings, headers, pid=server.pid
+        )
         if not result.ok:
-            raise ServerError(f"{server.name}: {kind} load had errors {result.errors}\n"
-                              f"{server.tail()}")
-        say(f"    {server.name:<26} {kind:<4} {result.rps:>9,.0f} req/s  "
+            raise ServerError(
+                f"{server.name}: {kind} load had errors {result.errors}\n{server.tail()}"
+            )
+        say(
+            f"    {server.name:<26} {kind:<4} {result.rps:>9,.0f} req/s  "
             f"p50 {result.p50_ms:7.3f} ms  p99 {result.p99_ms:7.3f} ms  "
             f"server CPU {_pct(result.server_cpu_pct)}  others {_pct(result.other_cpu_pct)}"
-            + ("  (noisy" + (", again)" if attempt + 1 < ATTEMPTS else ")")
-               if result.noisy else ""))
+            + ("  (noisy" + (", again)" if attempt + 1 < ATTEMPTS else ")") if result.noisy else "")
+        )
         if best is None or (result.other_cpu_pct or 0) < (best.other_cpu_pct or 0):
             best = result
         if not result.noisy:
@@ -249,8 +303,10 @@ def _pct(value: float | None) -> str:
 
 def _noise(*probes: Interference | LoadResult) -> str:
     """A note when other processes disturbed a figure."""
-    worst = max(((p.other_pct if isinstance(p, Interference) else p.other_cpu_pct) or 0.0
-                 for p in probes), default=0.0)
+    worst = max(
+        ((p.other_pct if isinstance(p, Interference) else p.other_cpu_pct) or 0.0 for p in probes),
+        default=0.0,
+    )
     return f"; NOISY: others used {worst:.0f}% CPU" if worst > NOISY_PCT else ""
 
 
@@ -271,8 +327,9 @@ def app_costs(payloads: workloads.Payloads) -> dict[str, float]:
     return _COSTS
 
 
-def throughput(results: Results, payloads: workloads.Payloads, tmp: Path,
-               settings: LoadSettings, profile: bool) -> dict[str, dict[str, LoadResult]]:
+def throughput(
+    results: Results, payloads: workloads.Payloads, tmp: Path, settings: LoadSettings, profile: bool
+) -> dict[str, dict[str, LoadResult]]:
     """Sections 1 and 2: chaosllm and the bare app on every server, JSON and SSE."""
     cells: dict[str, dict[str, LoadResult]] = {}
     baseline_file = tmp / "bare-payloads.json"
@@ -283,55 +340,84 @@ def throughput(results: Results, payloads: workloads.Payloads, tmp: Path,
             bodies = {p: check_answer(chaos, payloads, p, None) for p in PAYLOADS}
             if not baseline_file.exists():
                 frames = [f + "\n\n" for f in bodies["sse"].decode().split("\n\n") if f]
-                baseline_file.write_text(json.dumps(
-                    {"json": bodies["json"].decode(), "sse_frames": frames}), encoding="utf-8")
-            cells[f"chaosllm/{kind.label}"] = {p: measure(chaos, payloads, p, settings)
-                                               for p in PAYLOADS}
+                baseline_file.write_text(
+                    json.dumps({"json": bodies["json"].decode(), "sse_frames": frames}),
+                    encoding="utf-8",
+                )
+            cells[f"chaosllm/{kind.label}"] = {
+                p: measure(chaos, payloads, p, settings) for p in PAYLOADS
+            }
             if profile:
                 for p in PAYLOADS:
-                    prof = profiling.profile_server(chaos.pid, chat_url(chaos),
-                                                    payloads.request_file(p), settings)
+                    prof = profiling.profile_server(
+                        chaos.pid, chat_url(chaos), payloads.request_file(p), settings
+                    )
                     profiles[f"chaosllm/{kind.label}/{p}"] = prof
         with start_bare(kind, baseline_file) as bare:
             expected = json.loads(baseline_file.read_text(encoding="utf-8"))
             check_answer(bare, payloads, "json", expected["json"].encode())
             check_answer(bare, payloads, "sse", "".join(expected["sse_frames"]).encode())
-            cells[f"bare/{kind.label}"] = {p: measure(bare, payloads, p, settings)
-                                           for p in PAYLOADS}
+            cells[f"bare/{kind.label}"] = {
+                p: measure(bare, payloads, p, settings) for p in PAYLOADS
+            }
     for kind in server_kinds():
         for p in PAYLOADS:
             chaos_cell = cells[f"chaosllm/{kind.label}"][p]
             bare_cell = cells[f"bare/{kind.label}"][p]
-            results.add(f"{kind.label} {p}: chaosllm req/s", chaos_cell.rps, " req/s",
-                        note=f"p50 {chaos_cell.p50_ms:.2f} ms, p99 {chaos_cell.p99_ms:.2f} ms, "
-                             f"server CPU {_pct(chaos_cell.server_cpu_pct)}")
-            results.add(f"{kind.label} {p}: bare Starlette req/s", bare_cell.rps, " req/s",
-                        note=f"p50 {bare_cell.p50_ms:.2f} ms, p99 {bare_cell.p99_ms:.2f} ms, "
-                             f"server CPU {_pct(bare_cell.server_cpu_pct)}")
-            results.add(f"{kind.label} {p}: chaosllm / bare", chaos_cell.rps / bare_cell.rps, "x",
-                        at_least=0.8, note=_noise(chaos_cell, bare_cell).removeprefix("; "))
+            results.add(
+                f"{kind.label} {p}: chaosllm req/s",
+                chaos_cell.rps,
+                " req/s",
+                note=f"p50 {chaos_cell.p50_ms:.2f} ms, p99 {chaos_cell.p99_ms:.2f} ms, "
+                f"server CPU {_pct(chaos_cell.server_cpu_pct)}",
+            )
+            results.add(
+                f"{kind.label} {p}: bare Starlette req/s",
+                bare_cell.rps,
+                " req/s",
+                note=f"p50 {bare_cell.p50_ms:.2f} ms, p99 {bare_cell.p99_ms:.2f} ms, "
+                f"server CPU {_pct(bare_cell.server_cpu_pct)}",
+            )
+            results.add(
+                f"{kind.label} {p}: chaosllm / bare",
+                chaos_cell.rps / bare_cell.rps,
+                "x",
+                at_least=0.8,
+                note=_noise(chaos_cell, bare_cell).removeprefix("; "),
+            )
     costs = app_costs(payloads)
     for p in PAYLOADS:
         chaos_us, bare_us = costs[f"chaosllm/{p}"], costs[f"bare/{p}"]
-        results.add(f"in-process app, {p}: chaosllm us/request", chaos_us, " us",
-                    note=f"bare Starlette {bare_us:.1f} us: chaosllm adds "
-                         f"{chaos_us - bare_us:.1f} us per request (no server, no socket)"
-                         + _noise(*_COST_PROBES))
-    results.data["throughput"] = {name: {p: r.to_json() for p, r in cell.items()}
-                                  for name, cell in cells.items()}
+        results.add(
+            f"in-process app, {p}: chaosllm us/request",
+            chaos_us,
+            " us",
+            note=f"bare Starlette {bare_us:.1f} us: chaosllm adds "
+            f"{chaos_us - bare_us:.1f} us per request (no server, no socket)"
+            + _noise(*_COST_PROBES),
+        )
+    results.data["throughput"] = {
+        name: {p: r.to_json() for p, r in cell.items()} for name, cell in cells.items()
+    }
     if profiles:
         results.data["profiles"] = {
             name: prof.to_json() if isinstance(prof, profiling.Profile) else prof
-            for name, prof in profiles.items()}
+            for name, prof in profiles.items()
+        }
         for name, prof in profiles.items():
             say(f"  profile {name}:")
-            for line in (prof.lines(12) if isinstance(prof, profiling.Profile) else [f"  {prof}"]):
+            for line in prof.lines(12) if isinstance(prof, profiling.Profile) else [f"  {prof}"]:
                 say(line)
     return cells
 
 
-def versus_aimock(results: Results, payloads: workloads.Payloads, tmp: Path,
-                  settings: LoadSettings, cells: dict[str, dict[str, LoadResult]]) -> None:
+def versus_aimock(
+    results: Results,
+    payloads: workloads.Payloads,
+    tmp: Path,
+    settings: LoadSettings,
+    cells: dict[str, dict[str, LoadResult]],
+) -> None:
     """Section 3: aimock serving the same answers; chaosllm's fastest server against it."""
     found = aimock.install_aimock()
     if isinstance(found, str):
@@ -340,25 +426,42 @@ def versus_aimock(results: Results, payloads: workloads.Payloads, tmp: Path,
         results.data["aimock"] = {"skipped": found}
         return
     chunk = aimock.chunk_size_for(workloads.STREAM_ANSWER, workloads.SSE_FRAMES - 3)
-    fixtures = aimock.write_fixtures(tmp / "aimock-fixtures", {
-        payloads.json_question: payloads.json_answer,
-        workloads.STREAM_QUESTION: workloads.STREAM_ANSWER})
+    fixtures = aimock.write_fixtures(
+        tmp / "aimock-fixtures",
+        {
+            payloads.json_question: payloads.json_answer,
+            workloads.STREAM_QUESTION: workloads.STREAM_ANSWER,
+        },
+    )
     say(f"  aimock {found.version} (node {found.node}, --chunk-size {chunk})")
     with running("aimock", found.argv(fixtures, chunk)) as server:
         for p in PAYLOADS:
             check_answer(server, payloads, p, None)
         aim = {p: measure(server, payloads, p, settings) for p in PAYLOADS}
-    data: dict[str, Any] = {"version": found.version, "chunk_size": chunk,
-                            "cells": {p: r.to_json() for p, r in aim.items()}}
+    data: dict[str, Any] = {
+        "version": found.version,
+        "chunk_size": chunk,
+        "cells": {p: r.to_json() for p, r in aim.items()},
+    }
     for p in PAYLOADS:
-        best_name, best = max(((name, cell[p]) for name, cell in cells.items()
-                               if name.startswith("chaosllm/")), key=lambda item: item[1].rps)
-        results.add(f"{p}: aimock req/s", aim[p].rps, " req/s",
-                    note=f"p50 {aim[p].p50_ms:.2f} ms, p99 {aim[p].p99_ms:.2f} ms, "
-                         f"server CPU {_pct(aim[p].server_cpu_pct)}")
-        results.add(f"{p}: chaosllm ({best_name.split('/')[1]}) / aimock",
-                    best.rps / aim[p].rps, "x", at_least=1.0,
-                    note=_noise(best, aim[p]).removeprefix("; "))
+        best_name, best = max(
+            ((name, cell[p]) for name, cell in cells.items() if name.startswith("chaosllm/")),
+            key=lambda item: item[1].rps,
+        )
+        results.add(
+            f"{p}: aimock req/s",
+            aim[p].rps,
+            " req/s",
+            note=f"p50 {aim[p].p50_ms:.2f} ms, p99 {aim[p].p99_ms:.2f} ms, "
+            f"server CPU {_pct(aim[p].server_cpu_pct)}",
+        )
+        results.add(
+            f"{p}: chaosllm ({best_name.split('/')[1]}) / aimock",
+            best.rps / aim[p].rps,
+            "x",
+            at_least=1.0,
+            note=_noise(best, aim[p]).removeprefix("; "),
+        )
         data[f"ratio_{p}"] = {"chaosllm": best_name, "ratio": round(best.rps / aim[p].rps, 3)}
     results.data["aimock"] = data
 
@@ -369,21 +472,36 @@ def startup(results: Results, tmp: Path, count: int, runs: int) -> Path:
     synthetic = workloads.synthetic_recordings(tmp, count)
     say(f"  wrote {count} synthetic recordings in {time.perf_counter() - start:.1f} s")
     with Interference() as spawn_probe:
-        floor = inproc.startup_times(workloads.SIMPLE_CHAT.parent.parent, runs,
-                                     _shipped_count())
+        floor = inproc.startup_times(workloads.SIMPLE_CHAT.parent.parent, runs, _shipped_count())
         spawn = inproc.startup_times(synthetic, runs, count)
     with Interference() as load_probe:
         load = inproc.store_load_times(synthetic, runs, count)
-    say(f"  spawn -> listening: shipped {_ms(floor)}, {count} recordings {_ms(spawn)}; "
-        f"RecordingStore.load {_ms(load)}")
+    say(
+        f"  spawn -> listening: shipped {_ms(floor)}, {count} recordings {_ms(spawn)}; "
+        f"RecordingStore.load {_ms(load)}"
+    )
     label = f"{count // 1000}k" if count >= 1000 else str(count)
-    results.add(f"start-up, {label} recordings: spawn -> listening", inproc.median(spawn), " s",
-                at_most=1.0, note=f"median of {runs}; with the shipped recordings "
-                                  f"{inproc.median(floor):.3f} s" + _noise(spawn_probe))
-    results.add(f"RecordingStore.load, {label} recordings", inproc.median(load), " s",
-                at_most=1.0, note=f"fresh interpreter, median of {runs}" + _noise(load_probe))
-    results.data["startup"] = {"recordings": count, "spawn_to_listening_s": spawn,
-                               "shipped_spawn_to_listening_s": floor, "store_load_s": load}
+    results.add(
+        f"start-up, {label} recordings: spawn -> listening",
+        inproc.median(spawn),
+        " s",
+        at_most=1.0,
+        note=f"median of {runs}; with the shipped recordings "
+        f"{inproc.median(floor):.3f} s" + _noise(spawn_probe),
+    )
+    results.add(
+        f"RecordingStore.load, {label} recordings",
+        inproc.median(load),
+        " s",
+        at_most=1.0,
+        note=f"fresh interpreter, median of {runs}" + _noise(load_probe),
+    )
+    results.data["startup"] = {
+        "recordings": count,
+        "spawn_to_listening_s": spawn,
+        "shipped_spawn_to_listening_s": floor,
+        "store_load_s": load,
+    }
     return synthetic
 
 
@@ -403,40 +521,69 @@ def nearest(results: Results, synthetic: Path, n: int, queries: int, miss_querie
         say(f"    | {line}")
     label = f"{n // 1000}k" if n >= 1000 else str(n)
     row = bench.rows["all"]
-    results.add(f"nearest query p99 at {label} (bench_nearest.py, all)", row["p99_ms"], " ms",
-                at_most=5.0, note=f"p50 {row['p50_ms']:.2f} ms, max {row['max_ms']:.2f} ms, "
-                                  f"{int(row['n'])} queries" + _noise(probe))
+    results.add(
+        f"nearest query p99 at {label} (bench_nearest.py, all)",
+        row["p99_ms"],
+        " ms",
+        at_most=5.0,
+        note=f"p50 {row['p50_ms']:.2f} ms, max {row['max_ms']:.2f} ms, "
+        f"{int(row['n'])} queries" + _noise(probe),
+    )
     worst = max((r for k, r in bench.rows.items() if k != "all"), key=lambda r: r["p99_ms"])
     worst_name = next(k for k, r in bench.rows.items() if r is worst)
-    results.add(f"nearest query p99 at {label}, worst kind ({worst_name})", worst["p99_ms"],
-                " ms", at_most=5.0, note=_noise(probe).removeprefix("; "))
+    results.add(
+        f"nearest query p99 at {label}, worst kind ({worst_name})",
+        worst["p99_ms"],
+        " ms",
+        at_most=5.0,
+        note=_noise(probe).removeprefix("; "),
+    )
     with Interference() as miss_probe:
         miss = inproc.miss_path(synthetic, miss_queries)
     m = miss.to_json()
-    say(f"  miss path at {miss.recordings}: index build {miss.index_build_s:.2f} s, "
+    say(
+        f"  miss path at {miss.recordings}: index build {miss.index_build_s:.2f} s, "
         f"match->NoMatch p50 {m['match_miss']['p50_ms']} ms p99 {m['match_miss']['p99_ms']} ms, "
-        f"explain_miss p50 {m['explain_miss']['p50_ms']} ms p99 {m['explain_miss']['p99_ms']} ms")
+        f"explain_miss p50 {m['explain_miss']['p50_ms']} ms p99 {m['explain_miss']['p99_ms']} ms"
+    )
     rlabel = f"{miss.recordings // 1000}k"
-    results.add(f"miss path at {rlabel}: match() -> NoMatch p99", m["match_miss"]["p99_ms"],
-                " ms", note=f"p50 {m['match_miss']['p50_ms']} ms; {miss.misses} misses"
-                            + _noise(miss_probe))
-    results.add(f"miss path at {rlabel}: explain_miss p99", m["explain_miss"]["p99_ms"], " ms",
-                note=f"p50 {m['explain_miss']['p50_ms']} ms")
-    results.add(f"nearest index build at {rlabel} (first miss / Matcher.warm)",
-                miss.index_build_s, " s", note="lazy: not part of start-up")
+    results.add(
+        f"miss path at {rlabel}: match() -> NoMatch p99",
+        m["match_miss"]["p99_ms"],
+        " ms",
+        note=f"p50 {m['match_miss']['p50_ms']} ms; {miss.misses} misses" + _noise(miss_probe),
+    )
+    results.add(
+        f"miss path at {rlabel}: explain_miss p99",
+        m["explain_miss"]["p99_ms"],
+        " ms",
+        note=f"p50 {m['explain_miss']['p50_ms']} ms",
+    )
+    results.add(
+        f"nearest index build at {rlabel} (first miss / Matcher.warm)",
+        miss.index_build_s,
+        " s",
+        note="lazy: not part of start-up",
+    )
     results.data["nearest"] = bench.to_json()
     results.data["miss_path"] = m
 
 
-def faults(results: Results, payloads: workloads.Payloads, tmp: Path,
-           settings: LoadSettings, rounds: int, iterations: int) -> None:
+def faults(
+    results: Results,
+    payloads: workloads.Payloads,
+    tmp: Path,
+    settings: LoadSettings,
+    rounds: int,
+    iterations: int,
+) -> None:
     """Section 6: the fault board under load, and arm/disarm round trips."""
     builtin = server_kinds()[0]
     runs: dict[str, list[LoadResult]] = {"empty": [], "session": [], "model": []}
     with start_chaosllm(builtin, payloads.recordings) as server:
         check_answer(server, payloads, "json", None, SESSION)
         for round_ in range(rounds):
-            for by in (list(runs) if round_ % 2 == 0 else list(reversed(runs))):
+            for by in list(runs) if round_ % 2 == 0 else list(reversed(runs)):
                 if by != "empty":
                     faultbench.arm_non_matching(server.url, by, 100)
                 runs[by].append(measure(server, payloads, "json", settings, SESSION))
@@ -479,36 +626,65 @@ def faults(results: Results, payloads: workloads.Payloads, tmp: Path,
         ratio = ratios[len(ratios) // 2]
         delta = costs[f"chaosllm/json+100 faults ({by})"] - costs["chaosllm/json"]
         expected = per_request_us / (per_request_us + max(0.0, delta))
-        results.add(f"builtin json: 100 non-matching faults (by {by}) / none", ratio, "x",
-                    at_least=0.95,
-                    note=f"median of {len(clean)} round(s) "
-                         f"({', '.join(f'{r:.2f}' for r in ratios)})"
-                         + _noise(*(c for pair in clean for c in pair)))
-        results.add(f"  same, predicted from the in-process app cost (by {by})", expected, "x",
-                    at_least=0.95,
-                    note=f"100 faults add {delta:.1f} us to the app's "
-                         f"{costs['chaosllm/json']:.1f} us per request (take() "
-                         f"{take[by]:.1f} us); at {empty:,.0f} req/s that is {expected:.3f}x"
-                         + _noise(*_COST_PROBES))
+        results.add(
+            f"builtin json: 100 non-matching faults (by {by}) / none",
+            ratio,
+            "x",
+            at_least=0.95,
+            note=f"median of {len(clean)} round(s) "
+            f"({', '.join(f'{r:.2f}' for r in ratios)})"
+            + _noise(*(c for pair in clean for c in pair)),
+        )
+        results.add(
+            f"  same, predicted from the in-process app cost (by {by})",
+            expected,
+            "x",
+            at_least=0.95,
+            note=f"100 faults add {delta:.1f} us to the app's "
+            f"{costs['chaosllm/json']:.1f} us per request (take() "
+            f"{take[by]:.1f} us); at {empty:,.0f} req/s that is {expected:.3f}x"
+            + _noise(*_COST_PROBES),
+        )
     for label, times in trips.items():
         floor = floors.get(label)
-        note = (f"floor (bare Starlette, same client) p50 {inproc.percentile(floor, 50):.3f} "
-                f"p99 {inproc.percentile(floor, 99):.3f} ms" if floor else "")
-        results.add(f"{label}: arm + disarm round trip p50", inproc.percentile(times, 50), " ms",
-                    at_most=1.0, note=note)
-        results.add(f"{label}: arm + disarm round trip p99", inproc.percentile(times, 99), " ms",
-                    at_most=1.0, note=f"{iterations} iterations, httpx keep-alive"
-                                      + (_noise(trip_probe) if label == "builtin" else ""))
+        note = (
+            f"floor (bare Starlette, same client) p50 {inproc.percentile(floor, 50):.3f} "
+            f"p99 {inproc.percentile(floor, 99):.3f} ms"
+            if floor
+            else ""
+        )
+        results.add(
+            f"{label}: arm + disarm round trip p50",
+            inproc.percentile(times, 50),
+            " ms",
+            at_most=1.0,
+            note=note,
+        )
+        results.add(
+            f"{label}: arm + disarm round trip p99",
+            inproc.percentile(times, 99),
+            " ms",
+            at_most=1.0,
+            note=f"{iterations} iterations, httpx keep-alive"
+            + (_noise(trip_probe) if label == "builtin" else ""),
+        )
         raw_times, raw_floor = raw[label], raw_floors.get(label)
-        results.add(f"{label}: arm + disarm, raw-socket client, p50",
-                    inproc.percentile(raw_times, 50), " ms",
-                    note=f"p99 {inproc.percentile(raw_times, 99):.3f} ms" + (
-                        f"; bare floor p50 {inproc.percentile(raw_floor, 50):.3f} ms"
-                        if raw_floor else ""))
+        results.add(
+            f"{label}: arm + disarm, raw-socket client, p50",
+            inproc.percentile(raw_times, 50),
+            " ms",
+            note=f"p99 {inproc.percentile(raw_times, 99):.3f} ms"
+            + (f"; bare floor p50 {inproc.percentile(raw_floor, 50):.3f} ms" if raw_floor else ""),
+        )
 
     def stats(t: list[float]) -> dict[str, float]:
-        return {"p50": inproc.percentile(t, 50), "p90": inproc.percentile(t, 90),
-                "p99": inproc.percentile(t, 99), "max": max(t), "n": len(t)}
+        return {
+            "p50": inproc.percentile(t, 50),
+            "p90": inproc.percentile(t, 90),
+            "p99": inproc.percentile(t, 99),
+            "max": max(t),
+            "n": len(t),
+        }
 
     results.data["faults"] = {
         "throughput": {by: [c.to_json() for c in cells] for by, cells in runs.items()},
@@ -516,29 +692,38 @@ def faults(results: Results, payloads: workloads.Payloads, tmp: Path,
         "round_trip_ms": {label: stats(t) for label, t in trips.items()},
         "round_trip_floor_ms": {label: stats(t) for label, t in floors.items()},
         "raw_round_trip_ms": {label: stats(t) for label, t in raw.items()},
-        "raw_round_trip_floor_ms": {label: stats(t) for label, t in raw_floors.items()}}
+        "raw_round_trip_floor_ms": {label: stats(t) for label, t in raw_floors.items()},
+    }
 
 
-def soak(results: Results, payloads: workloads.Payloads, settings: LoadSettings,
-         fill: int) -> None:
+def soak(results: Results, payloads: workloads.Payloads, settings: LoadSettings, fill: int) -> None:
     """The journal keeps the last 100k requests; every entry is ~8 GC-tracked objects, so
     a full collection (which stops the server) grows with it. Measure the collection
     in-process, and (unless `fill` is 0) p99 on builtin as the journal fills up."""
     gc_cost = inproc.journal_gc()
-    say(f"  gc.collect() with the journal at {gc_cost.sizes}: "
+    say(
+        f"  gc.collect() with the journal at {gc_cost.sizes}: "
         f"{[round(t, 1) for t in gc_cost.collect_ms]} ms "
-        f"({gc_cost.objects_per_entry:.0f} tracked objects per entry)")
-    results.add("full GC pause, journal at 100k entries (in-process)", gc_cost.collect_ms[-1],
-                " ms", note=f"{gc_cost.collect_ms[0]:.1f} ms when empty; "
-                            f"{gc_cost.objects_per_entry:.0f} GC objects per entry")
+        f"({gc_cost.objects_per_entry:.0f} tracked objects per entry)"
+    )
+    results.add(
+        "full GC pause, journal at 100k entries (in-process)",
+        gc_cost.collect_ms[-1],
+        " ms",
+        note=f"{gc_cost.collect_ms[0]:.1f} ms when empty; "
+        f"{gc_cost.objects_per_entry:.0f} GC objects per entry",
+    )
     data: dict[str, Any] = {"gc": gc_cost.to_json()}
     if fill:
-        window = LoadSettings(duration_s=5, warmup_s=0, threads=settings.threads,
-                              connections=settings.connections)
+        window = LoadSettings(
+            duration_s=5, warmup_s=0, threads=settings.threads, connections=settings.connections
+        )
         windows: list[dict[str, Any]] = []
         builtin = server_kinds()[0]
-        argv = chaosllm_argv(["serve", *builtin.chaos_args, "--port", "0", "--recordings",
-                              str(payloads.recordings)], gc_stats=True)
+        argv = chaosllm_argv(
+            ["serve", *builtin.chaos_args, "--port", "0", "--recordings", str(payloads.recordings)],
+            gc_stats=True,
+        )
         with running("chaosllm[builtin, gc stats]", argv) as server:
             check_answer(server, payloads, "json", None)
             sent = 0
@@ -546,25 +731,44 @@ def soak(results: Results, payloads: workloads.Payloads, settings: LoadSettings,
                 cell = run_wrk(chat_url(server), payloads.json_request, window)
                 sent += cell.requests
                 windows.append({"journal_after": min(sent, 100_000), **cell.to_json()})
-                say(f"    journal ~{min(sent, 100_000):>7,}: {cell.rps:7,.0f} req/s  "
+                say(
+                    f"    journal ~{min(sent, 100_000):>7,}: {cell.rps:7,.0f} req/s  "
                     f"p50 {cell.p50_ms:6.2f} ms  p99 {cell.p99_ms:7.2f} ms  "
-                    f"max {cell.max_ms:7.1f} ms")
+                    f"max {cell.max_ms:7.1f} ms"
+                )
         server.stop()
-        gc_lines = [json.loads(line.removeprefix("GCSTATS "))
-                    for line in server.output if line.startswith("GCSTATS ")]
+        gc_lines = [
+            json.loads(line.removeprefix("GCSTATS "))
+            for line in server.output
+            if line.startswith("GCSTATS ")
+        ]
         full = next((g for g in gc_lines if g["generation"] == 2), None)
         if full:
-            say(f"    server: {full['collections']} full (gen 2) collections, "
-                f"{full['total_ms']:.0f} ms in total, longest {full['max_ms']:.0f} ms")
-            results.add("builtin soak: longest full GC pause in the server", full["max_ms"],
-                        " ms", note=f"{full['collections']} gen-2 collections, "
-                                    f"{full['total_ms']:.0f} ms in {len(windows) * 5} s")
+            say(
+                f"    server: {full['collections']} full (gen 2) collections, "
+                f"{full['total_ms']:.0f} ms in total, longest {full['max_ms']:.0f} ms"
+            )
+            results.add(
+                "builtin soak: longest full GC pause in the server",
+                full["max_ms"],
+                " ms",
+                note=f"{full['collections']} gen-2 collections, "
+                f"{full['total_ms']:.0f} ms in {len(windows) * 5} s",
+            )
         data["server_gc"] = gc_lines
         first, last = windows[0], windows[-1]
-        results.add("builtin json p99, journal filling (first 5 s)", first["p99_ms"], " ms",
-                    note=f"{first['rps']:,.0f} req/s")
-        results.add("builtin json p99, journal full (100k, last 5 s)", last["p99_ms"], " ms",
-                    note=f"{last['rps']:,.0f} req/s; max {last['max_ms']:.0f} ms")
+        results.add(
+            "builtin json p99, journal filling (first 5 s)",
+            first["p99_ms"],
+            " ms",
+            note=f"{first['rps']:,.0f} req/s",
+        )
+        results.add(
+            "builtin json p99, journal full (100k, last 5 s)",
+            last["p99_ms"],
+            " ms",
+            note=f"{last['rps']:,.0f} req/s; max {last['max_ms']:.0f} ms",
+        )
         data["windows"] = windows
     results.data["journal"] = data
 
@@ -576,8 +780,16 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     found: dict[str, str] = {}
-    for name in ("chaosllm", "starlette", "anyio", "h11", "uvicorn", "httptools", "uvloop",
-                 "httpx"):
+    for name in (
+        "chaosllm",
+        "starlette",
+        "anyio",
+        "h11",
+        "uvicorn",
+        "httptools",
+        "uvloop",
+        "httpx",
+    ):
         with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
     return found
@@ -597,17 +809,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, help="seconds of warm-up per cell (default 2)")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (32)")
-    parser.add_argument("--no-pin", action="store_true",
-                        help="do not pin servers and load to separate CPUs")
-    parser.add_argument("--profile", action="store_true",
-                        help="also sample each chaosllm server with py-spy under load")
-    parser.add_argument("--skip", action="append", default=[],
-                        choices=("throughput", "aimock", "startup", "nearest", "faults", "journal"),
-                        help="skip a section (repeatable)")
-    parser.add_argument("--wait-idle", type=int, default=0, metavar="SECONDS",
-                        help="seconds the run may spend waiting for other processes to leave "
-                             "the CPUs alone: before it starts, and before re-measuring a "
-                             "disturbed cell (at most 60 s each time); default 0")
+    parser.add_argument(
+        "--no-pin", action="store_true", help="do not pin servers and load to separate CPUs"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also sample each chaosllm server with py-spy under load",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=("throughput", "aimock", "startup", "nearest", "faults", "journal"),
+        help="skip a section (repeatable)",
+    )
+    parser.add_argument(
+        "--wait-idle",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="seconds the run may spend waiting for other processes to leave "
+        "the CPUs alone: before it starts, and before re-measuring a "
+        "disturbed cell (at most 60 s each time); default 0",
+    )
     parser.add_argument("--output", type=Path, default=BENCH_DIR / "results" / "latest.json")
     args = parser.parse_args(argv)
     try:
@@ -616,33 +841,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"benchmarks/run.py: {exc}", file=sys.stderr)
         return 2
     quick = args.quick
-    settings = LoadSettings(duration_s=args.duration or (2 if quick else 5),
-                            warmup_s=args.warmup if args.warmup is not None else (1 if quick
-                                                                                  else 2),
-                            threads=args.threads, connections=args.connections)
+    settings = LoadSettings(
+        duration_s=args.duration or (2 if quick else 5),
+        warmup_s=args.warmup if args.warmup is not None else (1 if quick else 2),
+        threads=args.threads,
+        connections=args.connections,
+    )
     pins = _pinning(not args.no_pin)
     if pins is not None:
         pin(*pins)
     meta = {
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "quick": quick, "python": platform.python_version(), "platform": platform.platform(),
-        "cpus": os.cpu_count(), "versions": _versions(),
-        "load": {"tool": "wrk", "threads": settings.threads, "connections": settings.connections,
-                 "duration_s": settings.duration_s, "warmup_s": settings.warmup_s,
-                 "keep_alive": True},
-        "pinning": {"server_cpus": sorted(pins[0]), "load_cpus": sorted(pins[1])}
-        if pins else None,
+        "quick": quick,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "versions": _versions(),
+        "load": {
+            "tool": "wrk",
+            "threads": settings.threads,
+            "connections": settings.connections,
+            "duration_s": settings.duration_s,
+            "warmup_s": settings.warmup_s,
+            "keep_alive": True,
+        },
+        "pinning": {"server_cpus": sorted(pins[0]), "load_cpus": sorted(pins[1])} if pins else None,
         "sse_answer": "rendered by the OpenAI provider from an assembled body (no recorded "
-                      "chunks): role + 17 content deltas + finish + [DONE] = 20 frames",
+        "chunks): role + 17 content deltas + finish + [DONE] = 20 frames",
     }
     _IDLE_BUDGET[0] = float(args.wait_idle)
     waited, others = wait_idle(_IDLE_BUDGET[0])
     _IDLE_BUDGET[0] -= waited
     meta["others_cpu_pct_before"] = others
     meta["waited_for_idle_s"] = round(waited, 1)
-    say(f"other processes used {_pct(others)} of a CPU just before the run"
+    say(
+        f"other processes used {_pct(others)} of a CPU just before the run"
         + (f" (after waiting {waited:.0f} s)" if waited > 2.5 else "")
-        + (" -- the figures may be disturbed" if others and others > NOISY_PCT else ""))
+        + (" -- the figures may be disturbed" if others and others > NOISY_PCT else "")
+    )
     results = Results(meta=meta)
     began = time.perf_counter()
     sections: list[tuple[str, Callable[[], object]]] = []
@@ -667,21 +903,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         def run_nearest() -> None:
             if not synthetic:
                 synthetic.append(workloads.synthetic_recordings(tmp, 10_000))
-            nearest(results, synthetic[0], 100_000, 300 if quick else 1000,
-                    100 if quick else 400)
+            nearest(results, synthetic[0], 100_000, 300 if quick else 1000, 100 if quick else 400)
 
         def run_faults() -> None:
-            faults(results, payloads, tmp, LoadSettings(
-                duration_s=settings.duration_s if quick else 3, warmup_s=1,
-                threads=settings.threads, connections=settings.connections),
-                   1 if quick else 3, 300 if quick else 1000)
+            faults(
+                results,
+                payloads,
+                tmp,
+                LoadSettings(
+                    duration_s=settings.duration_s if quick else 3,
+                    warmup_s=1,
+                    threads=settings.threads,
+                    connections=settings.connections,
+                ),
+                1 if quick else 3,
+                300 if quick else 1000,
+            )
 
         def run_soak() -> None:
             soak(results, payloads, settings, 0 if quick else 100_000)
 
-        sections = [("throughput", run_throughput), ("aimock", run_aimock),
-                    ("startup", run_startup), ("nearest", run_nearest), ("faults", run_faults),
-                    ("journal", run_soak)]
+        sections = [
+            ("throughput", run_throughput),
+            ("aimock", run_aimock),
+            ("startup", run_startup),
+            ("nearest", run_nearest),
+            ("faults", run_faults),
+            ("journal", run_soak),
+        ]
         try:
             for name, section in sections:
                 if name in args.skip:
@@ -697,8 +946,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta["seconds"] = round(time.perf_counter() - began, 1)
     print_table(results.figures)
     missed = [f for f in results.figures if f.met is False]
-    say(f"\n{len([f for f in results.figures if f.met])} targets met, {len(missed)} not met; "
-        f"{meta['seconds']:.0f} s")
+    say(
+        f"\n{len([f for f in results.figures if f.met])} targets met, {len(missed)} not met; "
+        f"{meta['seconds']:.0f} s"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results.to_json(), indent=2) + "\n", encoding="utf-8")
     say(f"results written to {args.output}")

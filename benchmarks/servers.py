@@ -78,8 +78,7 @@ class ServerError(RuntimeError):
     """A benchmark server failed to start or to answer."""
 
 
-def chaosllm_argv(args: Sequence[str], *, uvloop: bool = True,
-                  gc_stats: bool = False) -> list[str]:
+def chaosllm_argv(args: Sequence[str], *, uvloop: bool = True, gc_stats: bool = False) -> list[str]:
     """The command line of ``chaosllm ARGS`` (the console script when installed).
 
     With ``uvloop=False`` the server runs with ``uvloop`` made unimportable, so
@@ -159,8 +158,9 @@ if threading.current_thread() is threading.main_thread():
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None],
-          keep: collections.deque[str]) -> None:
+def _pump(
+    proc: subprocess.Popen[str], lines: queue.Queue[str | None], keep: collections.deque[str]
+) -> None:
     """Drain the child's output for its whole life (a full pipe would block it)."""
     assert proc.stdout is not None
     with contextlib.suppress(ValueError, OSError):
@@ -190,12 +190,21 @@ def start_server(
     lines: queue.Queue[str | None] = queue.Queue()
     start = time.perf_counter()
     proc = subprocess.Popen(
-        list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        text=True, bufsize=1, env=full_env, cwd=cwd, start_new_session=True,
-        preexec_fn=affinity("server"))
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=affinity("server"),
+    )
     _LIVE.add(proc)
-    pump = threading.Thread(target=_pump, args=(proc, lines, keep), daemon=True,
-                            name=f"pump-{name}")
+    pump = threading.Thread(
+        target=_pump, args=(proc, lines, keep), daemon=True, name=f"pump-{name}"
+    )
     pump.start()
     deadline = start + timeout
     url: str | None = None
@@ -215,8 +224,9 @@ def start_server(
             if found:
                 url = found.group(1)
                 ready_s = time.perf_counter() - start
-        server = ServerProcess(name=name, proc=proc, url=url, ready_s=ready_s, output=keep,
-                               pump=pump)
+        server = ServerProcess(
+            name=name, proc=proc, url=url, ready_s=ready_s, output=keep, pump=pump
+        )
         if health_path is not None:
             _wait_healthy(server, health_path, deadline)
         return server
@@ -257,8 +267,7 @@ def running(
     cwd: Path | None = None,
 ) -> Iterator[ServerProcess]:
     """`start_server` as a context manager: the server is stopped on the way out."""
-    server = start_server(name, argv, timeout=timeout, health_path=health_path, env=env,
-                          cwd=cwd)
+    server = start_server(name, argv, timeout=timeout, health_path=health_path, env=env, cwd=cwd)
     try:
         yield server
     finally:

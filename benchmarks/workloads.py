@@ -34,8 +34,10 @@ __all__ = [
 
 SSE_FRAMES = 20
 STREAM_QUESTION = "Stream a short sentence for the chaosllm benchmark, please."
-STREAM_ANSWER = ("Here is a short sentence, streamed word by word, so that the benchmark "
-                 "measures exactly twenty frames.")
+STREAM_ANSWER = (
+    "Here is a short sentence, streamed word by word, so that the benchmark "
+    "measures exactly twenty frames."
+)
 SIMPLE_CHAT = REPO_DIR / "recordings" / "simple-chat" / "0001.json"
 _WORD = re.compile(r"\s*\S+|\s+")  # how the OpenAI provider splits text into deltas
 
@@ -66,9 +68,14 @@ def _recording(body: dict[str, Any], answer: str, description: str) -> dict[str,
                 "object": "chat.completion",
                 "created": 1788338474,
                 "model": "gpt-4o-mini-2024-07-18",
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": answer,
-                                         "refusal": None}}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                        "message": {"role": "assistant", "content": answer, "refusal": None},
+                    }
+                ],
                 "usage": {"prompt_tokens": 20, "completion_tokens": 20, "total_tokens": 40},
             },
         },
@@ -83,45 +90,80 @@ def make_bench_recordings(root: Path) -> Payloads:
     recordings = root / "recordings"
     (recordings / "simple-chat").mkdir(parents=True)
     (recordings / "simple-chat" / "0001.json").write_text(
-        json.dumps(shipped, indent=2, sort_keys=True), encoding="utf-8")
+        json.dumps(shipped, indent=2, sort_keys=True), encoding="utf-8"
+    )
     stream_body = {
         "model": "gpt-4o-mini",
-        "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                     {"role": "user", "content": STREAM_QUESTION}],
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": STREAM_QUESTION},
+        ],
     }
     (recordings / "bench-stream").mkdir()
-    (recordings / "bench-stream" / "0001.json").write_text(json.dumps(
-        _recording(stream_body, STREAM_ANSWER, "20-frame SSE benchmark answer (rendered)"),
-        indent=2, sort_keys=True), encoding="utf-8")
+    (recordings / "bench-stream" / "0001.json").write_text(
+        json.dumps(
+            _recording(stream_body, STREAM_ANSWER, "20-frame SSE benchmark answer (rendered)"),
+            indent=2,
+            sort_keys=True,
+        ),
+        encoding="utf-8",
+    )
     json_request = root / "json-request.json"
     json_request.write_text(json.dumps(shipped["request"]["body"]), encoding="utf-8")
     sse_request = root / "sse-request.json"
     sse_request.write_text(json.dumps({**stream_body, "stream": True}), encoding="utf-8")
     messages = shipped["request"]["body"]["messages"]
     return Payloads(
-        recordings=recordings, json_request=json_request, sse_request=sse_request,
+        recordings=recordings,
+        json_request=json_request,
+        sse_request=sse_request,
         json_question=messages[-1]["content"],
-        json_answer=shipped["response"]["body"]["choices"][0]["message"]["content"])
+        json_answer=shipped["response"]["body"]["choices"][0]["message"]["content"],
+    )
 
 
 def count_frames(body: bytes) -> int:
     """SSE events with a ``data:`` field in a response body."""
     events = body.replace(b"\r\n", b"\n").split(b"\n\n")
-    return sum(1 for event in events
-               if any(line.startswith(b"data:") for line in event.split(b"\n")))
+    return sum(
+        1 for event in events if any(line.startswith(b"data:") for line in event.split(b"\n"))
+    )
 
 
 def fetch(url: str, request_file: Path, headers: dict[str, str] | None = None) -> httpx.Response:
     """One request as the load generator sends it (for checks and for the baseline bytes)."""
     with httpx.Client(timeout=10.0, trust_env=False) as client:
-        return client.post(url, content=request_file.read_bytes(),
-                           headers={"content-type": "application/json", **(headers or {})})
+        return client.post(
+            url,
+            content=request_file.read_bytes(),
+            headers={"content-type": "application/json", **(headers or {})},
+        )
 
 
 # -- synthetic recordings --------------------------------------------------------------
 
-_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "da", "pe", "qui", "bra",
-              "sto", "fen", "gar", "hul", "jin", "mor", "tas")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "ze",
+    "da",
+    "pe",
+    "qui",
+    "bra",
+    "sto",
+    "fen",
+    "gar",
+    "hul",
+    "jin",
+    "mor",
+    "tas",
+)
 
 
 def _vocabulary(rng: random.Random, size: int) -> list[str]:
@@ -145,16 +187,29 @@ def synthetic_recordings(root: Path, n: int, *, seed: int = 7) -> Path:
         messages: list[dict[str, str]] = [{"role": "system", "content": rng.choice(prompts)}]
         for turn in range(rng.randint(1, 3)):
             if turn:
-                messages.append({"role": "assistant",
-                                 "content": " ".join(rng.choices(vocab, k=rng.randint(8, 40)))})
-            messages.append({"role": "user", "content": f"request {i}: "
-                             + " ".join(rng.choices(vocab, k=rng.randint(8, 40)))})
-        body = {"model": rng.choice(("gpt-4o-mini", "gpt-4o", "gpt-4.1")), "messages": messages,
-                "temperature": 0.2}
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": " ".join(rng.choices(vocab, k=rng.randint(8, 40))),
+                    }
+                )
+            messages.append(
+                {
+                    "role": "user",
+                    "content": f"request {i}: "
+                    + " ".join(rng.choices(vocab, k=rng.randint(8, 40))),
+                }
+            )
+        body = {
+            "model": rng.choice(("gpt-4o-mini", "gpt-4o", "gpt-4.1")),
+            "messages": messages,
+            "temperature": 0.2,
+        }
         answer = " ".join(rng.choices(vocab, k=rng.randint(20, 80)))
         scenario = base / f"scenario-{i % 100:03d}"
         scenario.mkdir(parents=True, exist_ok=True)
         (scenario / f"{i // 100 + 1:04d}.json").write_text(
             json.dumps(_recording(body, answer, f"synthetic {i}"), indent=2, sort_keys=True),
-            encoding="utf-8")
+            encoding="utf-8",
+        )
     return base

@@ -1,9 +1,9 @@
 """chaosllm: a fault-injection chaos server for LLM HTTP clients.
 
-    >>> from chaosllm import ChaosServer                      # doctest: +SKIP
-    >>> with ChaosServer() as server:
-    ...     client = openai.OpenAI(base_url=server.base_url, api_key="test")
-    ...     server.arm("http_503")
+>>> from chaosllm import ChaosServer                      # doctest: +SKIP
+>>> with ChaosServer() as server:
+...     client = openai.OpenAI(base_url=server.base_url, api_key="test")
+...     server.arm("http_503")
 """
 
 from __future__ import annotations

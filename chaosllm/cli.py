@@ -44,7 +44,9 @@ def _choice(parse: type[Mode] | type[OnMiss] | type[ServerKind]) -> Callable[[st
         except ValueError:
             valid = ", ".join(m.value for m in parse)
             raise argparse.ArgumentTypeError(
-                f"invalid choice {value!r} (choose from {valid})") from None
+                f"invalid choice {value!r} (choose from {valid})"
+            ) from None
+
     return convert
 
 
@@ -81,79 +83,151 @@ def _is_loopback(host: str) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="chaosllm",
-        description="A fault-injection chaos server for LLM HTTP clients.")
+        prog="chaosllm", description="A fault-injection chaos server for LLM HTTP clients."
+    )
     parser.add_argument("--version", action="version", version=f"chaosllm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve recordings over the providers' HTTP APIs",
-                           description="Replay recorded exchanges over the providers' HTTP "
-                                       "APIs (OpenAI Chat Completions).")
-    serve.add_argument("--recordings", action="append", type=Path, metavar="DIR",
-                       help="a recordings directory (repeatable; default: the shipped ones)")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default 127.0.0.1, loopback only)")
+    serve = sub.add_parser(
+        "serve",
+        help="serve recordings over the providers' HTTP APIs",
+        description="Replay recorded exchanges over the providers' HTTP "
+        "APIs (OpenAI Chat Completions).",
+    )
+    serve.add_argument(
+        "--recordings",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="a recordings directory (repeatable; default: the shipped ones)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)"
+    )
     serve.add_argument("--port", type=_port, default=8000, help="port (0 picks a free one)")
-    serve.add_argument("--mode", type=_choice(Mode), default=Mode.REPLAY,
-                       help="replay (default): answer from recordings; record: proxy every "
-                            "request to --upstream and record the answer; record-missing: "
-                            "replay what is recorded, proxy and record the rest; "
-                            "passthrough: proxy, record nothing (faults still apply)")
-    serve.add_argument("--upstream", metavar="URL",
-                       help="the real provider, e.g. https://api.openai.com (needed by the "
-                            "modes other than replay)")
-    serve.add_argument("--record-dir", type=Path, metavar="DIR",
-                       help="where new recordings go (default: the first --recordings DIR; "
-                            "never the shipped recordings unless named here)")
-    serve.add_argument("--scenario", dest="record_scenario", metavar="NAME",
-                       default=DEFAULT_RECORD_SCENARIO,
-                       help="the scenario new recordings are written to, "
-                            "DIR/NAME/NNNN.json (default 'recorded'; a session's active "
-                            "scenario takes precedence)")
-    serve.add_argument("--secret", dest="secrets", action="append", default=[],
-                       metavar="VALUE",
-                       help="a value to redact from recordings (repeatable; also "
-                            "$CHAOSLLM_SECRETS, comma-separated); API keys shaped like "
-                            "sk-... are always redacted")
-    serve.add_argument("--on-miss", type=_choice(OnMiss), default=OnMiss.ERROR,
-                       help="error (default): an error naming the nearest recordings; "
-                            "fallback: a deterministic canned answer")
+    serve.add_argument(
+        "--mode",
+        type=_choice(Mode),
+        default=Mode.REPLAY,
+        help="replay (default): answer from recordings; record: proxy every "
+        "request to --upstream and record the answer; record-missing: "
+        "replay what is recorded, proxy and record the rest; "
+        "passthrough: proxy, record nothing (faults still apply)",
+    )
+    serve.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="the real provider, e.g. https://api.openai.com (needed by the "
+        "modes other than replay)",
+    )
+    serve.add_argument(
+        "--record-dir",
+        type=Path,
+        metavar="DIR",
+        help="where new recordings go (default: the first --recordings DIR; "
+        "never the shipped recordings unless named here)",
+    )
+    serve.add_argument(
+        "--scenario",
+        dest="record_scenario",
+        metavar="NAME",
+        default=DEFAULT_RECORD_SCENARIO,
+        help="the scenario new recordings are written to, "
+        "DIR/NAME/NNNN.json (default 'recorded'; a session's active "
+        "scenario takes precedence)",
+    )
+    serve.add_argument(
+        "--secret",
+        dest="secrets",
+        action="append",
+        default=[],
+        metavar="VALUE",
+        help="a value to redact from recordings (repeatable; also "
+        "$CHAOSLLM_SECRETS, comma-separated); API keys shaped like "
+        "sk-... are always redacted",
+    )
+    serve.add_argument(
+        "--on-miss",
+        type=_choice(OnMiss),
+        default=OnMiss.ERROR,
+        help="error (default): an error naming the nearest recordings; "
+        "fallback: a deterministic canned answer",
+    )
     serve.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-    serve.add_argument("--timing", type=_timing, default=0.0, metavar="fast|recorded|SCALE",
-                       help="replay streams as fast as possible (default), with their "
-                            "recorded gaps, or with the gaps scaled by SCALE")
-    serve.add_argument("--match", type=_order, default=DEFAULT_ORDER, metavar="ORDER",
-                       help="matchers in order (default exact,sequence,nearest)")
-    serve.add_argument("--nearest-threshold", type=float, default=0.9, metavar="SIM",
-                       help="least similarity (0-1) at which nearest matching serves a "
-                            "recording (default 0.9)")
-    serve.add_argument("--server", type=_choice(ServerKind), default=ServerKind.BUILTIN,
-                       help="builtin (default, exact socket-level faults) or uvicorn")
-    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
-                       help="largest request body accepted (default 16 MiB)")
-    serve.add_argument("--journal-size", type=int, default=10_000, metavar="N",
-                       help="provider requests the journal keeps, newest first (default "
-                            "10000)")
-    serve.add_argument("--profile", metavar="NAME|FILE",
-                       help="arm a fault profile at start (shipped: "
-                            + ", ".join(list_profiles()) + ")")
-    serve.add_argument("--control-token", metavar="TOKEN",
-                       default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
-                       help="require this token on control calls (needed to control a server "
-                            "bound to a non-loopback address; env CHAOSLLM_CONTROL_TOKEN)")
-    serve.add_argument("--strict", action="store_true",
-                       help="refuse a request the request validator (or a trace check) finds "
-                            "a defect in, with a 400 like the provider's (default: the "
-                            "finding is only journaled, GET /__findings)")
+    serve.add_argument(
+        "--timing",
+        type=_timing,
+        default=0.0,
+        metavar="fast|recorded|SCALE",
+        help="replay streams as fast as possible (default), with their "
+        "recorded gaps, or with the gaps scaled by SCALE",
+    )
+    serve.add_argument(
+        "--match",
+        type=_order,
+        default=DEFAULT_ORDER,
+        metavar="ORDER",
+        help="matchers in order (default exact,sequence,nearest)",
+    )
+    serve.add_argument(
+        "--nearest-threshold",
+        type=float,
+        default=0.9,
+        metavar="SIM",
+        help="least similarity (0-1) at which nearest matching serves a recording (default 0.9)",
+    )
+    serve.add_argument(
+        "--server",
+        type=_choice(ServerKind),
+        default=ServerKind.BUILTIN,
+        help="builtin (default, exact socket-level faults) or uvicorn",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="largest request body accepted (default 16 MiB)",
+    )
+    serve.add_argument(
+        "--journal-size",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="provider requests the journal keeps, newest first (default 10000)",
+    )
+    serve.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        help="arm a fault profile at start (shipped: " + ", ".join(list_profiles()) + ")",
+    )
+    serve.add_argument(
+        "--control-token",
+        metavar="TOKEN",
+        default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
+        help="require this token on control calls (needed to control a server "
+        "bound to a non-loopback address; env CHAOSLLM_CONTROL_TOKEN)",
+    )
+    serve.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a request the request validator (or a trace check) finds "
+        "a defect in, with a 400 like the provider's (default: the "
+        "finding is only journaled, GET /__findings)",
+    )
 
     fault = sub.add_parser("fault", help="arm, list and clear faults on a running server")
-    fault.add_argument("--url", default=os.environ.get("CHAOSLLM_URL", "http://127.0.0.1:8000"),
-                       help="the server (default $CHAOSLLM_URL or http://127.0.0.1:8000)")
-    fault.add_argument("--token", default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
-                       help="the control token, if the server has one")
+    fault.add_argument(
+        "--url",
+        default=os.environ.get("CHAOSLLM_URL", "http://127.0.0.1:8000"),
+        help="the server (default $CHAOSLLM_URL or http://127.0.0.1:8000)",
+    )
+    fault.add_argument(
+        "--token",
+        default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
+        help="the control token, if the server has one",
+    )
     fault_sub = fault.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
-    arm = fault_sub.add_parser("arm", help="arm one fault",
-                               description=describe_catalogue())
+    arm = fault_sub.add_parser("arm", help="arm one fault", description=describe_catalogue())
     arm.formatter_class = argparse.RawDescriptionHelpFormatter
     arm.add_argument("type", choices=list(FAULT_TYPES), metavar="TYPE")
     arm.add_argument("--remaining", type=int)
@@ -177,53 +251,76 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("id", nargs="?")
 
     probe = sub.add_parser(
-        "probe", help="run a client program once per fault: a resilience matrix",
+        "probe",
+        help="run a client program once per fault: a resilience matrix",
         description="Run CMD once without faults, then once per fault (on its first JSON "
-                    "request and on its first streaming request), each against a fresh "
-                    "server with OPENAI_BASE_URL set, and classify each run: recovered, "
-                    "failed cleanly, hung, wrong answer, not fired.")
+        "request and on its first streaming request), each against a fresh "
+        "server with OPENAI_BASE_URL set, and classify each run: recovered, "
+        "failed cleanly, hung, wrong answer, not fired.",
+    )
     probe.add_argument("--types", metavar="T1,T2", help="fault types (default: all)")
     probe.add_argument("--profile", metavar="NAME|FILE", help="the faults of a profile")
     probe.add_argument("--variants", default="json,stream", metavar="json,stream")
-    probe.add_argument("--timeout", type=float, default=20.0,
-                       help="seconds before a run counts as hung (default 20)")
+    probe.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        help="seconds before a run counts as hung (default 20)",
+    )
     probe.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     probe.add_argument("--recordings", action="append", type=Path, metavar="DIR")
     probe.add_argument("--seed", type=int, default=0)
     probe.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
     probe.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
-    probe.add_argument("--strict", action="store_true",
-                       help="exit 1 if any run hung or gave a wrong answer")
+    probe.add_argument(
+        "--strict", action="store_true", help="exit 1 if any run hung or gave a wrong answer"
+    )
     probe.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
 
     ls = sub.add_parser("ls", help="list recordings")
-    ls.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
-                    help="recordings directories (default: the shipped ones)")
+    ls.add_argument(
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="recordings directories (default: the shipped ones)",
+    )
     ls.add_argument("--json", action="store_true", help="print JSON")
 
     doctor = sub.add_parser(
-        "doctor", help="check recordings directories",
+        "doctor",
+        help="check recordings directories",
         description="Parse every recording and fixture (any format chaosllm reads) and "
-                    "report unreadable files and files of unknown format, stale or "
-                    "conflicting digests, duplicates, orphan tool calls, recordings that "
-                    "would never match, structured answers that break their schema, and "
-                    "unredacted secrets. Exit status 1 on errors.")
-    doctor.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
-                        help="recordings directories (default: the shipped ones)")
+        "report unreadable files and files of unknown format, stale or "
+        "conflicting digests, duplicates, orphan tool calls, recordings that "
+        "would never match, structured answers that break their schema, and "
+        "unredacted secrets. Exit status 1 on errors.",
+    )
+    doctor.add_argument(
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="recordings directories (default: the shipped ones)",
+    )
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.add_argument("--strict", action="store_true", help="warnings fail too")
 
     importer = sub.add_parser(
-        "import", help="convert other fixture formats to chaosllm recordings",
+        "import",
+        help="convert other fixture formats to chaosllm recordings",
         description="Convert hash-keyed fixture directories, trace fixtures or VCR.py "
-                    "cassettes (a file or a directory) into native recordings under DEST. "
-                    "Each format can also be served as it is with --recordings.")
-    importer.add_argument("format", choices=IMPORTABLE, metavar="FORMAT",
-                          help="one of: " + ", ".join(IMPORTABLE))
+        "cassettes (a file or a directory) into native recordings under DEST. "
+        "Each format can also be served as it is with --recordings.",
+    )
+    importer.add_argument(
+        "format", choices=IMPORTABLE, metavar="FORMAT", help="one of: " + ", ".join(IMPORTABLE)
+    )
     importer.add_argument("src", type=Path, metavar="SRC")
     importer.add_argument("dest", type=Path, metavar="DEST")
-    importer.add_argument("--force", action="store_true",
-                          help="overwrite recordings that exist in DEST")
+    importer.add_argument(
+        "--force", action="store_true", help="overwrite recordings that exist in DEST"
+    )
     return parser
 
 
@@ -239,13 +336,26 @@ def _import(args: argparse.Namespace) -> int:
         print(f"chaosllm: error: {error}", file=sys.stderr)
     for path in result.existing:
         print(f"chaosllm: {path} exists: left alone (--force overwrites)", file=sys.stderr)
-    print(f"imported {len(result.written)} recordings ({args.format}) from {args.src} "
-          f"into {args.dest}")
+    print(
+        f"imported {len(result.written)} recordings ({args.format}) from {args.src} "
+        f"into {args.dest}"
+    )
     return 1 if result.errors or result.existing else 0
 
 
-_FAULT_PARAMS = ("remaining", "probability", "after_chunks", "after_bytes", "status",
-                 "retry_after", "delay_ms", "max_ms", "piece_bytes", "message", "data")
+_FAULT_PARAMS = (
+    "remaining",
+    "probability",
+    "after_chunks",
+    "after_bytes",
+    "status",
+    "retry_after",
+    "delay_ms",
+    "max_ms",
+    "piece_bytes",
+    "message",
+    "data",
+)
 
 
 def _fault(args: argparse.Namespace) -> int:
@@ -257,10 +367,14 @@ def _fault(args: argparse.Namespace) -> int:
         with httpx.Client(base_url=base, headers=headers, timeout=10.0) as client:
             if args.fault_command == "arm":
                 spec: dict[str, object] = {"type": args.type}
-                spec.update({k: getattr(args, k) for k in _FAULT_PARAMS
-                             if getattr(args, k) is not None})
-                match = {k: getattr(args, k) for k in ("session", "model", "path")
-                         if getattr(args, k) is not None}
+                spec.update(
+                    {k: getattr(args, k) for k in _FAULT_PARAMS if getattr(args, k) is not None}
+                )
+                match = {
+                    k: getattr(args, k)
+                    for k in ("session", "model", "path")
+                    if getattr(args, k) is not None
+                }
                 if match:
                     spec["match"] = match
                 response = client.post("/__fault", json=spec)
@@ -287,12 +401,21 @@ def _fault(args: argparse.Namespace) -> int:
         return 1
     if args.fault_command == "list":
         for fault in payload["armed"]:
-            print(f"armed {fault['id']:<8} {fault['type']:<20} remaining={fault['remaining']} "
-                  + json.dumps({k: v for k, v in fault.items()
-                                if k not in ("id", "type", "remaining", "armed_at", "fired")}))
+            print(
+                f"armed {fault['id']:<8} {fault['type']:<20} remaining={fault['remaining']} "
+                + json.dumps(
+                    {
+                        k: v
+                        for k, v in fault.items()
+                        if k not in ("id", "type", "remaining", "armed_at", "fired")
+                    }
+                )
+            )
         for fired in payload["fired"]:
-            print(f"fired {fired['id']:<8} {fired['type']:<20} request={fired['request_seq']} "
-                  f"session={fired['session']}")
+            print(
+                f"fired {fired['id']:<8} {fired['type']:<20} request={fired['request_seq']} "
+                f"session={fired['session']}"
+            )
     else:
         print(json.dumps(payload, indent=2))
     return 0
@@ -303,16 +426,20 @@ def _probe(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        print("chaosllm: probe needs a command: chaosllm probe -- python my_client.py",
-              file=sys.stderr)
+        print(
+            "chaosllm: probe needs a command: chaosllm probe -- python my_client.py",
+            file=sys.stderr,
+        )
         return 2
     faults = None
     if args.types:
         names = [t.strip() for t in args.types.split(",") if t.strip()]
         unknown = [n for n in names if n not in FAULT_TYPES]
         if unknown:
-            print(f"chaosllm: unknown fault type {unknown[0]!r}; valid: "
-                  f"{', '.join(FAULT_TYPES)}", file=sys.stderr)
+            print(
+                f"chaosllm: unknown fault type {unknown[0]!r}; valid: {', '.join(FAULT_TYPES)}",
+                file=sys.stderr,
+            )
             return 2
         faults = [{"type": n} for n in names]
         if "stall" in names:
@@ -320,14 +447,25 @@ def _probe(args: argparse.Namespace) -> int:
 
     def progress(run: ProbeRun) -> None:
         verdict = run.verdict.value if run.verdict else ""
-        print(f"  {run.label:<20} {run.variant:<6} {verdict:<15} "
-              f"({run.attempts} requests, {run.seconds:.1f} s)", file=sys.stderr, flush=True)
+        print(
+            f"  {run.label:<20} {run.variant:<6} {verdict:<15} "
+            f"({run.attempts} requests, {run.seconds:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
-        report = probe(command, faults=faults, profile=args.profile,
-                       variants=[v.strip() for v in args.variants.split(",") if v.strip()],
-                       timeout=args.timeout, jobs=args.jobs, recordings=args.recordings,
-                       seed=args.seed, progress=progress)
+        report = probe(
+            command,
+            faults=faults,
+            profile=args.profile,
+            variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+            timeout=args.timeout,
+            jobs=args.jobs,
+            recordings=args.recordings,
+            seed=args.seed,
+            progress=progress,
+        )
     except (BaselineFailed, ValueError) as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)
         return 1
@@ -348,28 +486,43 @@ def _serve(args: argparse.Namespace) -> int:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
     try:
-        dirs, record_dir = proxy_dirs(args.mode, upstream=args.upstream,
-                                      recordings=args.recordings, record_dir=args.record_dir)
+        dirs, record_dir = proxy_dirs(
+            args.mode,
+            upstream=args.upstream,
+            recordings=args.recordings,
+            record_dir=args.record_dir,
+        )
     except ValueError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)
         return 2
     config = ServerConfig(
-        recordings=dirs, mode=args.mode,
-        on_miss=args.on_miss, seed=args.seed, timing=args.timing, match_order=args.match,
-        nearest_threshold=args.nearest_threshold, upstream=args.upstream,
-        record_dir=record_dir, record_scenario=args.record_scenario,
+        recordings=dirs,
+        mode=args.mode,
+        on_miss=args.on_miss,
+        seed=args.seed,
+        timing=args.timing,
+        match_order=args.match,
+        nearest_threshold=args.nearest_threshold,
+        upstream=args.upstream,
+        record_dir=record_dir,
+        record_scenario=args.record_scenario,
         secrets=[*args.secrets, *secrets_from_env()],
-        max_body_bytes=args.max_body_bytes, control_token=args.control_token,
+        max_body_bytes=args.max_body_bytes,
+        control_token=args.control_token,
         journal_size=args.journal_size,
-        strict=args.strict)
+        strict=args.strict,
+    )
     for d in config.recordings:
         if not Path(d).is_dir() and not (record_dir is not None and Path(d) == record_dir):
             print(f"chaosllm: recordings directory {d} does not exist", file=sys.stderr)
             return 2
 
     if not _is_loopback(args.host) and not args.control_token:
-        print(f"chaosllm: warning: bound to {args.host} without --control-token: the control "
-              f"plane answers loopback clients only", file=sys.stderr)
+        print(
+            f"chaosllm: warning: bound to {args.host} without --control-token: the control "
+            f"plane answers loopback clients only",
+            file=sys.stderr,
+        )
     try:
         state = ChaosState.from_config(config)
     except ValueError as exc:
@@ -378,19 +531,25 @@ def _serve(args: argparse.Namespace) -> int:
     if config.mode is not Mode.REPLAY:
         target = f", recording to {record_dir}" if record_dir is not None else ""
         upstream = state.upstream.display if state.upstream else config.upstream
-        print(f"chaosllm: {config.mode.value}: proxying to {upstream}{target}",
-              file=sys.stderr)
+        print(f"chaosllm: {config.mode.value}: proxying to {upstream}{target}", file=sys.stderr)
     if args.profile:
         profile = load_profile(args.profile)
         state.board.arm(profile.specs)
-        print(f"chaosllm: armed profile {profile.name}: {len(profile.specs)} faults",
-              file=sys.stderr)
+        print(
+            f"chaosllm: armed profile {profile.name}: {len(profile.specs)} faults", file=sys.stderr
+        )
 
     def listening(url: str) -> None:
         print(f"chaosllm listening on {url}", flush=True)
 
-    run_server(config, host=args.host, port=args.port, kind=args.server, state=state,
-               on_listening=listening)
+    run_server(
+        config,
+        host=args.host,
+        port=args.port,
+        kind=args.server,
+        state=state,
+        on_listening=listening,
+    )
     return 0
 
 
@@ -398,13 +557,16 @@ def _ls(args: argparse.Namespace) -> int:
     dirs = args.dirs or [shipped_dir("recordings")]
     store = RecordingStore.load(dirs)
     if args.json:
-        print(json.dumps({"recordings": store.summary(),
-                          "errors": store.error_summary()}, indent=2))
+        print(
+            json.dumps({"recordings": store.summary(), "errors": store.error_summary()}, indent=2)
+        )
     else:
         for item in store.summary():
             kind = "stream" if item["stream"] else "json"
-            print(f"{item['name']:<28} {item['model']!s:<26} {kind:<6} {item['status']}  "
-                  f"{item['digest'][:12]}  {item['description'] or ''}")
+            print(
+                f"{item['name']:<28} {item['model']!s:<26} {kind:<6} {item['status']}  "
+                f"{item['digest'][:12]}  {item['description'] or ''}"
+            )
         print(f"{len(store.exchanges)} recordings in {', '.join(map(str, dirs))}")
         for error in store.errors:
             print(f"error: {error}", file=sys.stderr)

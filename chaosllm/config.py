@@ -12,8 +12,16 @@ from typing import TypeVar
 from chaosllm.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store import shipped_dir
 
-__all__ = ["DEFAULT_RECORD_SCENARIO", "SECRETS_ENV", "Mode", "OnMiss", "ServerConfig",
-           "parse_timing", "proxy_dirs", "secrets_from_env"]
+__all__ = [
+    "DEFAULT_RECORD_SCENARIO",
+    "SECRETS_ENV",
+    "Mode",
+    "OnMiss",
+    "ServerConfig",
+    "parse_timing",
+    "proxy_dirs",
+    "secrets_from_env",
+]
 
 DEFAULT_RECORD_SCENARIO = "recorded"
 SECRETS_ENV = "CHAOSLLM_SECRETS"
@@ -30,8 +38,9 @@ class _Choice(str, enum.Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"invalid {cls.__name__.lower()} {value!r}; valid values: "
-                             f"{valid}") from None
+            raise ValueError(
+                f"invalid {cls.__name__.lower()} {value!r}; valid values: {valid}"
+            ) from None
 
 
 class Mode(_Choice):
@@ -58,8 +67,9 @@ def parse_timing(value: str | float) -> float:
         try:
             scale = float(value)
         except ValueError:
-            raise ValueError(f"invalid timing {value!r}; use fast, recorded or a scale factor "
-                             f"such as 0.5") from None
+            raise ValueError(
+                f"invalid timing {value!r}; use fast, recorded or a scale factor such as 0.5"
+            ) from None
     if not scale >= 0.0 or scale == float("inf"):
         raise ValueError(f"invalid timing {value!r}: the scale must be a finite number >= 0")
     return scale
@@ -101,8 +111,9 @@ def _same_dir(a: Path, b: Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
-def proxy_dirs(mode: Mode, *, upstream: str | None, recordings: Sequence[Path] | None,
-               record_dir: Path | None) -> tuple[list[Path], Path | None]:
+def proxy_dirs(
+    mode: Mode, *, upstream: str | None, recordings: Sequence[Path] | None, record_dir: Path | None
+) -> tuple[list[Path], Path | None]:
     """The recordings directories to load and the directory new recordings go to.
 
     `recordings` is None when not given (the shipped ones are then replayed). Modes other
@@ -117,18 +128,24 @@ def proxy_dirs(mode: Mode, *, upstream: str | None, recordings: Sequence[Path] |
     if mode is Mode.REPLAY:
         return dirs, None
     if not upstream:
-        raise ValueError(f"--mode {mode.value} needs --upstream URL: the real provider, "
-                         f"e.g. --upstream https://api.openai.com")
+        raise ValueError(
+            f"--mode {mode.value} needs --upstream URL: the real provider, "
+            f"e.g. --upstream https://api.openai.com"
+        )
     if mode is Mode.PASSTHROUGH:
         return dirs, None
     if record_dir is None:
         if not recordings:
-            raise ValueError(f"--mode {mode.value} writes recordings: give --record-dir DIR "
-                             f"(or --recordings DIR)")
+            raise ValueError(
+                f"--mode {mode.value} writes recordings: give --record-dir DIR "
+                f"(or --recordings DIR)"
+            )
         record_dir = Path(recordings[0])
         if _same_dir(record_dir, shipped):
-            raise ValueError(f"refusing to record into the shipped recordings ({shipped}); "
-                             f"give --record-dir DIR (naming it explicitly allows it)")
+            raise ValueError(
+                f"refusing to record into the shipped recordings ({shipped}); "
+                f"give --record-dir DIR (naming it explicitly allows it)"
+            )
     record_dir = Path(record_dir)
     if not recordings:
         dirs = [record_dir]

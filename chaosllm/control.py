@@ -59,15 +59,21 @@ class ControlGuard:
             client = scope.get("client")
             if _is_loopback(client[0] if client else None):
                 return None
-            return ("The control plane answers loopback clients only. Start chaosllm with "
-                    "--control-token TOKEN to control it from elsewhere.")
+            return (
+                "The control plane answers loopback clients only. Start chaosllm with "
+                "--control-token TOKEN to control it from elsewhere."
+            )
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        given = headers.get("x-chaosllm-token") or \
-            headers.get("authorization", "").removeprefix("Bearer ").strip()
+        given = (
+            headers.get("x-chaosllm-token")
+            or headers.get("authorization", "").removeprefix("Bearer ").strip()
+        )
         if given and hmac.compare_digest(given.encode(), self.token.encode()):
             return None
-        return ("This control call needs the control token: send 'Authorization: Bearer "
-                "TOKEN' or 'X-Chaosllm-Token: TOKEN'.")
+        return (
+            "This control call needs the control token: send 'Authorization: Bearer "
+            "TOKEN' or 'X-Chaosllm-Token: TOKEN'."
+        )
 
 
 def _bad_spec(exc: InvalidFaultSpec) -> JSONResponse:
@@ -83,8 +89,9 @@ async def arm_faults(request: Request) -> Response:
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
     armed = state.board.arm(specs)
-    return JSONResponse({"ids": [f.id for f in armed], "faults": [f.to_json() for f in armed]},
-                        status_code=201)
+    return JSONResponse(
+        {"ids": [f.id for f in armed], "faults": [f.to_json() for f in armed]}, status_code=201
+    )
 
 
 def _query_value(value: str) -> Any:
@@ -118,16 +125,21 @@ async def arm_fault_type(request: Request) -> Response:
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
     armed = state.board.arm(specs)
-    return JSONResponse({"ids": [f.id for f in armed], "faults": [f.to_json() for f in armed]},
-                        status_code=201)
+    return JSONResponse(
+        {"ids": [f.id for f in armed], "faults": [f.to_json() for f in armed]}, status_code=201
+    )
 
 
 async def list_faults(request: Request) -> Response:
     state = chaos_state(request)
     session = request.query_params.get("session")
-    return JSONResponse({"armed": state.board.armed(),
-                         "fired": [f.to_json() for f in state.board.history(session)],
-                         "types": {name: sorted(t.params) for name, t in FAULT_TYPES.items()}})
+    return JSONResponse(
+        {
+            "armed": state.board.armed(),
+            "fired": [f.to_json() for f in state.board.history(session)],
+            "types": {name: sorted(t.params) for name, t in FAULT_TYPES.items()},
+        }
+    )
 
 
 async def disarm_faults(request: Request) -> Response:
@@ -137,9 +149,12 @@ async def disarm_faults(request: Request) -> Response:
 async def disarm_fault(request: Request) -> Response:
     fault_id = request.path_params["id"]
     if not chaos_state(request).board.disarm(fault_id):
-        return openai_error(404, f"No armed fault has id {fault_id!r} (it may have fired "
-                                 f"already); GET /__fault lists the armed ones.",
-                            code="unknown_fault")
+        return openai_error(
+            404,
+            f"No armed fault has id {fault_id!r} (it may have fired "
+            f"already); GET /__fault lists the armed ones.",
+            code="unknown_fault",
+        )
     return JSONResponse({"disarmed": 1})
 
 
@@ -152,7 +167,8 @@ def _shipped_profile(name: str) -> Profile:
         raise InvalidFaultSpec(
             f"unknown profile {name!r}; shipped profiles: {', '.join(shipped) or '(none)'}; "
             'or send a profile of your own inline: {"description": ..., '
-            '"faults": [fault spec, ...]}')
+            '"faults": [fault spec, ...]}'
+        )
     return load_profile(name)
 
 
@@ -167,15 +183,23 @@ async def arm_profile(request: Request) -> Response:
         else:
             raise InvalidFaultSpec(
                 'send {"profile": NAME} (a shipped profile: '
-                + ", ".join(list_profiles()) + ') or a profile object '
-                '{"description": ..., "faults": [fault spec, ...]}')
+                + ", ".join(list_profiles())
+                + ") or a profile object "
+                '{"description": ..., "faults": [fault spec, ...]}'
+            )
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
     armed = state.board.arm(profile.specs)
-    return JSONResponse({"profile": profile.name, "ids": [f.id for f in armed],
-                         "faults": [f.to_json() for f in armed]}, status_code=201)
+    return JSONResponse(
+        {
+            "profile": profile.name,
+            "ids": [f.id for f in armed],
+            "faults": [f.to_json() for f in armed],
+        },
+        status_code=201,
+    )
 
 
 async def journal(request: Request) -> Response:
@@ -191,7 +215,8 @@ async def journal(request: Request) -> Response:
         return openai_error(400, "settle must be a number of seconds", param="settle")
     if settle > 0:
         entries = await anyio.to_thread.run_sync(
-            functools.partial(state.journal.entries, session, settle=settle))
+            functools.partial(state.journal.entries, session, settle=settle)
+        )
     else:
         entries = state.journal.entries(session)
     unused = [e.name for e in state.matcher.unused()]
@@ -202,9 +227,8 @@ async def journal(request: Request) -> Response:
         "findings": sum(len(e.findings) for e in entries),
         "unused": unused,
         "text": f"{len(entries)} requests; {len(unused)} of {len(state.store.exchanges)} "
-                f"recordings never served since the last reset"
-                + (": " + ", ".join(unused[:20]) + (" ..." if len(unused) > 20 else "")
-                   if unused else ""),
+        f"recordings never served since the last reset"
+        + (": " + ", ".join(unused[:20]) + (" ..." if len(unused) > 20 else "") if unused else ""),
     }
     return JSONResponse({"requests": [e.to_json() for e in entries], "summary": summary})
 
@@ -212,17 +236,20 @@ async def journal(request: Request) -> Response:
 async def findings(request: Request) -> Response:
     """Every oracle finding in the journal (``?session=`` filters), with its request."""
     state = chaos_state(request)
-    found = [{"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
-             for e in state.journal.entries(request.query_params.get("session"))
-             for finding in e.findings]
+    found = [
+        {"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
+        for e in state.journal.entries(request.query_params.get("session"))
+        for finding in e.findings
+    ]
     return JSONResponse({"findings": found})
 
 
 async def unused(request: Request) -> Response:
     """The recordings no request was served since the last reset."""
     state = chaos_state(request)
-    names = [{"name": e.name, "scenario": e.scenario, "source": e.source}
-             for e in state.matcher.unused()]
+    names = [
+        {"name": e.name, "scenario": e.scenario, "source": e.source} for e in state.matcher.unused()
+    ]
     return JSONResponse({"unused": names, "total": len(state.store.exchanges)})
 
 
@@ -234,11 +261,18 @@ async def workspace(request: Request) -> Response:
         body = await json_body(request)
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code)
-    if not isinstance(body, dict) or "path" not in body \
-            or not (body["path"] is None or (isinstance(body["path"], str) and body["path"])):
-        return openai_error(400, 'Expected a JSON object {"path": PATH} (the live workspace '
-                                 'directory, or null to clear it).',
-                            code="invalid_value", param="path")
+    if (
+        not isinstance(body, dict)
+        or "path" not in body
+        or not (body["path"] is None or (isinstance(body["path"], str) and body["path"]))
+    ):
+        return openai_error(
+            400,
+            'Expected a JSON object {"path": PATH} (the live workspace '
+            "directory, or null to clear it).",
+            code="invalid_value",
+            param="path",
+        )
     state.matcher.set_workspace(body["path"])
     disarmed = state.board.disarm()
     return JSONResponse({"workspace": body["path"], "disarmed": disarmed})
@@ -246,21 +280,25 @@ async def workspace(request: Request) -> Response:
 
 async def list_recordings(request: Request) -> Response:
     store = chaos_state(request).store
-    return JSONResponse({
-        "dirs": [str(d) for d in store.dirs],
-        "recordings": store.summary(),
-        "errors": store.error_summary(),
-        "scenarios": store.scenario_info,
-    })
+    return JSONResponse(
+        {
+            "dirs": [str(d) for d in store.dirs],
+            "recordings": store.summary(),
+            "errors": store.error_summary(),
+            "scenarios": store.scenario_info,
+        }
+    )
 
 
 async def reload(request: Request) -> Response:
     state = chaos_state(request)
     state.reload()
-    return JSONResponse({
-        "recordings": len(state.store.exchanges),
-        "errors": state.store.error_summary(),
-    })
+    return JSONResponse(
+        {
+            "recordings": len(state.store.exchanges),
+            "errors": state.store.error_summary(),
+        }
+    )
 
 
 async def scenario(request: Request) -> Response:
@@ -269,11 +307,18 @@ async def scenario(request: Request) -> Response:
         body = await json_body(request)
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code)
-    if not isinstance(body, dict) or "scenario" not in body \
-            or not (body["scenario"] is None or isinstance(body["scenario"], str)):
-        return openai_error(400, 'Expected a JSON object {"scenario": NAME} (NAME a string, '
-                                 'or null to clear), optionally with "session".',
-                            code="invalid_value", param="scenario")
+    if (
+        not isinstance(body, dict)
+        or "scenario" not in body
+        or not (body["scenario"] is None or isinstance(body["scenario"], str))
+    ):
+        return openai_error(
+            400,
+            'Expected a JSON object {"scenario": NAME} (NAME a string, '
+            'or null to clear), optionally with "session".',
+            code="invalid_value",
+            param="scenario",
+        )
     session = body.get("session", request.headers.get(SESSION_HEADER))
     if session is not None and not isinstance(session, str):
         return openai_error(400, '"session" must be a string', param="session")

@@ -56,9 +56,18 @@ from chaosllm.validator import validate_conversation
 
 __all__ = ["CHECKS", "Problem", "Report", "diagnose"]
 
-CHECKS = ("unreadable", "unknown_format", "stale_digest", "duplicate", "ambiguous",
-          "orphan_tool_call", "never_matches", "schema_mismatch", "malformed_tool_args",
-          "unredacted_secret")
+CHECKS = (
+    "unreadable",
+    "unknown_format",
+    "stale_digest",
+    "duplicate",
+    "ambiguous",
+    "orphan_tool_call",
+    "never_matches",
+    "schema_mismatch",
+    "malformed_tool_args",
+    "unredacted_secret",
+)
 
 _KEY = re.compile("|".join(KEY_PATTERNS))
 _PAIRING = ("orphan_tool_call", "orphan_tool_result", "null_tool_content")
@@ -73,8 +82,12 @@ class Problem:
     message: str
 
     def to_json(self) -> dict[str, str]:
-        return {"severity": self.severity, "check": self.check, "path": self.path,
-                "message": self.message}
+        return {
+            "severity": self.severity,
+            "check": self.check,
+            "path": self.path,
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -96,15 +109,22 @@ class Report:
         return not self.errors and not (strict and self.warnings)
 
     def to_json(self) -> dict[str, Any]:
-        return {"dirs": self.dirs, "files": self.files, "recordings": self.recordings,
-                "errors": len(self.errors), "warnings": len(self.warnings),
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "dirs": self.dirs,
+            "files": self.files,
+            "recordings": self.recordings,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "problems": [p.to_json() for p in self.problems],
+        }
 
     def render(self) -> str:
         lines = [f"{p.severity:<7} {p.path}: [{p.check}] {p.message}" for p in self.problems]
-        lines.append(f"doctor: {self.files} files, {self.recordings} recordings in "
-                     f"{', '.join(self.dirs)}: {len(self.errors)} errors, "
-                     f"{len(self.warnings)} warnings")
+        lines.append(
+            f"doctor: {self.files} files, {self.recordings} recordings in "
+            f"{', '.join(self.dirs)}: {len(self.errors)} errors, "
+            f"{len(self.warnings)} warnings"
+        )
         return "\n".join(lines)
 
 
@@ -116,15 +136,27 @@ def _secret_problems(path: str, text: str, data: JSON) -> list[Problem]:
     problems = []
     for match in _KEY.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
-        problems.append(Problem("error", "unredacted_secret", path,
-                                f"line {line}: a string shaped like an API key "
-                                f"({_mask(match.group(0))}) is stored: redact it "
-                                f"({REDACTED}) and rotate the key"))
+        problems.append(
+            Problem(
+                "error",
+                "unredacted_secret",
+                path,
+                f"line {line}: a string shaped like an API key "
+                f"({_mask(match.group(0))}) is stored: redact it "
+                f"({REDACTED}) and rotate the key",
+            )
+        )
     for where, value in _credential_headers(data, "$"):
-        problems.append(Problem("error", "unredacted_secret", path,
-                                f"{where}: the credential header holds a value "
-                                f"({_mask(value)}): remove it or filter it when recording "
-                                f"(vcrpy: filter_headers=['authorization'])"))
+        problems.append(
+            Problem(
+                "error",
+                "unredacted_secret",
+                path,
+                f"{where}: the credential header holds a value "
+                f"({_mask(value)}): remove it or filter it when recording "
+                f"(vcrpy: filter_headers=['authorization'])",
+            )
+        )
     return problems
 
 
@@ -134,8 +166,12 @@ def _credential_headers(data: JSON, where: str) -> Iterable[tuple[str, str]]:
             at = f"{where}.{key}"
             if isinstance(key, str) and key.lower() in SECRET_HEADERS:
                 for item in value if isinstance(value, list) else [value]:
-                    if isinstance(item, str) and item.strip() and REDACTED not in item \
-                            and not _KEY.search(item):  # key shapes are reported already
+                    if (
+                        isinstance(item, str)
+                        and item.strip()
+                        and REDACTED not in item
+                        and not _KEY.search(item)
+                    ):  # key shapes are reported already
                         yield at, item
             else:
                 yield from _credential_headers(value, at)
@@ -146,60 +182,98 @@ def _credential_headers(data: JSON, where: str) -> Iterable[tuple[str, str]]:
 
 def _exchange_problems(exchange: Exchange) -> list[Problem]:
     path = exchange.source or exchange.name
-    where = f"{exchange.name}: " if exchange.keyed_by == Keying.SEQUENCE or \
-        exchange.meta.get("format") == "vcr" else ""
+    where = (
+        f"{exchange.name}: "
+        if exchange.keyed_by == Keying.SEQUENCE or exchange.meta.get("format") == "vcr"
+        else ""
+    )
     problems: list[Problem] = []
     provider = PROVIDERS[exchange.provider]
     if exchange.stored_digest is not None and exchange.stored_digest != exchange.digest:
         if exchange.keyed_by == Keying.HASH_KEYED:
-            message = (f"the file's request_digest {exchange.stored_digest[:16]}... conflicts "
-                       f"with its name ({exchange.digest[:16]}...), which is what it is keyed "
-                       f"by: rename the file or fix request_digest")
+            message = (
+                f"the file's request_digest {exchange.stored_digest[:16]}... conflicts "
+                f"with its name ({exchange.digest[:16]}...), which is what it is keyed "
+                f"by: rename the file or fix request_digest"
+            )
         else:
-            message = (f"the file's digest {exchange.stored_digest[:16]}... conflicts with its "
-                       f"request ({exchange.digest[:16]}...): the request was edited after "
-                       f"recording; re-record it, or fix the digest if the edit is meant")
+            message = (
+                f"the file's digest {exchange.stored_digest[:16]}... conflicts with its "
+                f"request ({exchange.digest[:16]}...): the request was edited after "
+                f"recording; re-record it, or fix the digest if the edit is meant"
+            )
         problems.append(Problem("error", "stale_digest", path, where + message))
     body = exchange.request.body
     if exchange.keyed_by == Keying.REQUEST:
         paths = getattr(provider, "paths", ())
         if paths and exchange.request.path not in paths:
-            problems.append(Problem(
-                "error", "never_matches", path,
-                f"{where}request.path {exchange.request.path!r} is not an endpoint of "
-                f"{provider.name} ({', '.join(paths)})"))
+            problems.append(
+                Problem(
+                    "error",
+                    "never_matches",
+                    path,
+                    f"{where}request.path {exchange.request.path!r} is not an endpoint of "
+                    f"{provider.name} ({', '.join(paths)})",
+                )
+            )
         try:
             provider.validate(body)
         except InvalidRequest as exc:
-            problems.append(Problem(
-                "error", "never_matches", path,
-                f"{where}its request is one the server refuses before matching (400): "
-                f"{exc.message}"))
+            problems.append(
+                Problem(
+                    "error",
+                    "never_matches",
+                    path,
+                    f"{where}its request is one the server refuses before matching (400): "
+                    f"{exc.message}",
+                )
+            )
         if Redactor().body(body) != body:
-            problems.append(Problem(
-                "error", "never_matches", path,
-                f"{where}its request holds a key-shaped secret; incoming requests are "
-                f"redacted before keying, so none can match it"))
+            problems.append(
+                Problem(
+                    "error",
+                    "never_matches",
+                    path,
+                    f"{where}its request holds a key-shaped secret; incoming requests are "
+                    f"redacted before keying, so none can match it",
+                )
+            )
         for finding in validate_conversation(body):
             if finding.check in _PAIRING:
-                problems.append(Problem("error", "orphan_tool_call", path,
-                                        f"{where}recorded request: {finding.message}"))
+                problems.append(
+                    Problem(
+                        "error",
+                        "orphan_tool_call",
+                        path,
+                        f"{where}recorded request: {finding.message}",
+                    )
+                )
         if exchange.response.status < 400:
             mismatch = answer_schema_problem(body, exchange.response.body)
             if mismatch is not None:
-                problems.append(Problem(
-                    "error", "schema_mismatch", path,
-                    f"{where}the recorded answer {mismatch}: replay refuses it; re-record it"))
+                problems.append(
+                    Problem(
+                        "error",
+                        "schema_mismatch",
+                        path,
+                        f"{where}the recorded answer {mismatch}: replay refuses it; re-record it",
+                    )
+                )
     for call in _tool_calls(exchange.response.body):
         arguments = (call.get("function") or {}).get("arguments")
         if isinstance(arguments, str):
             try:
                 json.loads(arguments or "{}")
             except json.JSONDecodeError as exc:
-                problems.append(Problem(
-                    "warning", "malformed_tool_args", path,
-                    f"{where}tool call {call.get('id')!r} has arguments that are not JSON "
-                    f"({exc.msg}): fine if recorded on purpose"))
+                problems.append(
+                    Problem(
+                        "warning",
+                        "malformed_tool_args",
+                        path,
+                        f"{where}tool call {call.get('id')!r} has arguments that are not JSON "
+                        f"({exc.msg}): fine if recorded on purpose",
+                    )
+                )
     return problems
 
 
@@ -225,10 +299,15 @@ def _trace_problems(steps: Sequence[Exchange]) -> list[Problem]:
             for item in expected:
                 call_id = item.get("tool_call_id") if isinstance(item, dict) else None
                 if call_id not in made:
-                    problems.append(Problem(
-                        "error", "orphan_tool_call", path,
-                        f"{step.name}: expected_tool_results names tool call {call_id!r}, "
-                        f"which no earlier step made"))
+                    problems.append(
+                        Problem(
+                            "error",
+                            "orphan_tool_call",
+                            path,
+                            f"{step.name}: expected_tool_results names tool call {call_id!r}, "
+                            f"which no earlier step made",
+                        )
+                    )
         ids = [c.get("id") for c in _tool_calls(step.response.body)]
         if not ids:
             continue
@@ -236,20 +315,30 @@ def _trace_problems(steps: Sequence[Exchange]) -> list[Problem]:
         following = steps[i + 1] if i + 1 < len(steps) else None
         turn = step.meta.get("trace", {}).get("turn")
         if following is None or following.meta.get("trace", {}).get("turn") != turn:
-            problems.append(Problem(
-                "error", "orphan_tool_call", path,
-                f"{step.name}: the turn ends on a tool_calls step ({', '.join(map(str, ids))}):"
-                f" no later step consumes their results (end each turn with a text step)"))
+            problems.append(
+                Problem(
+                    "error",
+                    "orphan_tool_call",
+                    path,
+                    f"{step.name}: the turn ends on a tool_calls step ({', '.join(map(str, ids))}):"
+                    f" no later step consumes their results (end each turn with a text step)",
+                )
+            )
             continue
         answered = following.meta.get("expected_tool_results")
         if isinstance(answered, list):
             got = {a.get("tool_call_id") for a in answered if isinstance(a, dict)}
             missing = [i for i in ids if i not in got]
             if missing:
-                problems.append(Problem(
-                    "warning", "orphan_tool_call", path,
-                    f"{following.name}: expected_tool_results has no result for tool call(s) "
-                    f"{', '.join(map(str, missing))} of the step before"))
+                problems.append(
+                    Problem(
+                        "warning",
+                        "orphan_tool_call",
+                        path,
+                        f"{following.name}: expected_tool_results has no result for tool call(s) "
+                        f"{', '.join(map(str, missing))} of the step before",
+                    )
+                )
     return problems
 
 
@@ -266,16 +355,26 @@ def _key_problems(exchanges: Sequence[Exchange]) -> list[Problem]:
         first = members[0]
         for other in members[1:]:
             if other.response.body == first.response.body:
-                problems.append(Problem(
-                    "warning", "duplicate", other.source or other.name,
-                    f"{other.name} records the same request (digest {digest[:16]}...) with "
-                    f"the same answer as {first.name} ({first.source}): delete one"))
+                problems.append(
+                    Problem(
+                        "warning",
+                        "duplicate",
+                        other.source or other.name,
+                        f"{other.name} records the same request (digest {digest[:16]}...) with "
+                        f"the same answer as {first.name} ({first.source}): delete one",
+                    )
+                )
             elif other.scenario != first.scenario:
-                problems.append(Problem(
-                    "warning", "ambiguous", other.source or other.name,
-                    f"{other.name} records the same request (digest {digest[:16]}...) as "
-                    f"{first.name} ({first.source}) with a different answer, in another "
-                    f"scenario: which one is served depends on the active scenario"))
+                problems.append(
+                    Problem(
+                        "warning",
+                        "ambiguous",
+                        other.source or other.name,
+                        f"{other.name} records the same request (digest {digest[:16]}...) as "
+                        f"{first.name} ({first.source}) with a different answer, in another "
+                        f"scenario: which one is served depends on the active scenario",
+                    )
+                )
     return problems
 
 
@@ -285,8 +384,7 @@ def diagnose(dirs: Sequence[Path]) -> Report:
     exchanges: list[Exchange] = []
     for root in map(Path, dirs):
         if not root.is_dir():
-            report.problems.append(Problem("error", "unreadable", str(root),
-                                           "not a directory"))
+            report.problems.append(Problem("error", "unreadable", str(root), "not a directory"))
             continue
         for path in recording_files(root):
             report.files += 1
@@ -295,8 +393,9 @@ def diagnose(dirs: Sequence[Path]) -> Report:
                 text = path.read_text("utf-8")
                 data = read_data(path)
             except (OSError, UnicodeDecodeError) as exc:
-                report.problems.append(Problem("error", "unreadable", source,
-                                               f"cannot read: {exc}"))
+                report.problems.append(
+                    Problem("error", "unreadable", source, f"cannot read: {exc}")
+                )
                 continue
             except RecordingError as exc:
                 report.problems.append(Problem("error", "unreadable", source, exc.problem))

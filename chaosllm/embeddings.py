@@ -52,36 +52,52 @@ def _inputs(raw: JSON) -> list[str]:
             return [" ".join(map(str, x)) for x in raw]
     raise InvalidRequest(
         "Invalid 'input': expected a string, an array of strings, an array of tokens "
-        "or an array of token arrays (non-empty).", param="input", code="invalid_type")
+        "or an array of token arrays (non-empty).",
+        param="input",
+        code="invalid_type",
+    )
 
 
 def validate_embeddings_request(body: JSON) -> tuple[str, list[str], int, str]:
     if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", param="body",
-                             code="invalid_type")
+        raise InvalidRequest(
+            "The request body must be a JSON object.", param="body", code="invalid_type"
+        )
     model = body.get("model")
     if not isinstance(model, str):
-        raise InvalidRequest("Missing required parameter: 'model'." if model is None
-                             else "Invalid type for 'model': expected a string.",
-                             param="model", code="missing_required_parameter"
-                             if model is None else "invalid_type")
+        raise InvalidRequest(
+            "Missing required parameter: 'model'."
+            if model is None
+            else "Invalid type for 'model': expected a string.",
+            param="model",
+            code="missing_required_parameter" if model is None else "invalid_type",
+        )
     if "input" not in body:
-        raise InvalidRequest("Missing required parameter: 'input'.", param="input",
-                             code="missing_required_parameter")
+        raise InvalidRequest(
+            "Missing required parameter: 'input'.", param="input", code="missing_required_parameter"
+        )
     texts = _inputs(body["input"])
     dimensions = body.get("dimensions")
     if dimensions is None:
         dimensions = DEFAULT_DIMENSIONS.get(model, FALLBACK_DIMENSIONS)
-    if not isinstance(dimensions, int) or isinstance(dimensions, bool) \
-            or not 1 <= dimensions <= MAX_DIMENSIONS:
-        raise InvalidRequest(f"Invalid 'dimensions': expected an integer between 1 and "
-                             f"{MAX_DIMENSIONS}, got {dimensions!r}.", param="dimensions",
-                             code="invalid_value")
+    if (
+        not isinstance(dimensions, int)
+        or isinstance(dimensions, bool)
+        or not 1 <= dimensions <= MAX_DIMENSIONS
+    ):
+        raise InvalidRequest(
+            f"Invalid 'dimensions': expected an integer between 1 and "
+            f"{MAX_DIMENSIONS}, got {dimensions!r}.",
+            param="dimensions",
+            code="invalid_value",
+        )
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
-        raise InvalidRequest(f"Invalid 'encoding_format': {encoding!r}. Supported values are: "
-                             f"'float' and 'base64'.", param="encoding_format",
-                             code="invalid_value")
+        raise InvalidRequest(
+            f"Invalid 'encoding_format': {encoding!r}. Supported values are: 'float' and 'base64'.",
+            param="encoding_format",
+            code="invalid_value",
+        )
     return model, texts, dimensions, encoding
 
 
@@ -96,5 +112,9 @@ def embeddings_response(body: JSON) -> dict[str, Any]:
         if encoding == "base64":
             encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
         data.append({"object": "embedding", "index": index, "embedding": encoded})
-    return {"object": "list", "data": data, "model": model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }

@@ -40,14 +40,25 @@ class JournalEntry:
     def to_json(self) -> dict[str, Any]:
         outcome = self.report.outcome
         return {
-            "seq": self.seq, "time": self.time, "monotonic": self.monotonic,
+            "seq": self.seq,
+            "time": self.time,
+            "monotonic": self.monotonic,
             "session": self.session,
-            "method": self.method, "path": self.path, "model": self.model,
-            "stream": self.stream, "digest": self.digest, "status": self.status,
-            "recording": self.recording, "match": self.match, "score": self.score,
-            "miss": self.miss, "error": self.error, "fault": self.fault,
+            "method": self.method,
+            "path": self.path,
+            "model": self.model,
+            "stream": self.stream,
+            "digest": self.digest,
+            "status": self.status,
+            "recording": self.recording,
+            "match": self.match,
+            "score": self.score,
+            "miss": self.miss,
+            "error": self.error,
+            "fault": self.fault,
             "findings": self.findings,
-            "frames_sent": self.report.frames_sent, "bytes_sent": self.report.bytes_sent,
+            "frames_sent": self.report.frames_sent,
+            "bytes_sent": self.report.bytes_sent,
             "outcome": outcome.value if outcome is not None else "pending",
             "degraded": self.report.degraded,
         }
@@ -66,8 +77,9 @@ class Journal:
 
     def add(self, **fields: Any) -> JournalEntry:
         with self._lock:
-            entry = JournalEntry(seq=next(self._counter), time=time.time(),
-                                 monotonic=time.monotonic(), **fields)
+            entry = JournalEntry(
+                seq=next(self._counter), time=time.time(), monotonic=time.monotonic(), **fields
+            )
             self._entries.append(entry)
             return entry
 

@@ -103,8 +103,14 @@ class _Session:
 
 
 class Matcher:
-    def __init__(self, store: RecordingStore, *, order: Sequence[Strategy] = DEFAULT_ORDER,
-                 nearest_threshold: float = 0.9, candidates: int = 3) -> None:
+    def __init__(
+        self,
+        store: RecordingStore,
+        *,
+        order: Sequence[Strategy] = DEFAULT_ORDER,
+        nearest_threshold: float = 0.9,
+        candidates: int = 3,
+    ) -> None:
         if not 0.0 <= nearest_threshold <= 1.0:
             raise ValueError("nearest_threshold must be within [0, 1]")
         self.store = store
@@ -187,8 +193,15 @@ class Matcher:
 
     # -- matching ---------------------------------------------------------------
 
-    def match(self, provider: Provider, body: JSON, digest: str,
-              session: str | None = None, *, consume: bool = True) -> Match:
+    def match(
+        self,
+        provider: Provider,
+        body: JSON,
+        digest: str,
+        session: str | None = None,
+        *,
+        consume: bool = True,
+    ) -> Match:
         """The recording that answers `body`. With ``consume=False`` nothing advances
         until `consume(match, session)`: a request whose answer a fault destroys leaves
         the sequence where it was, so the client's retry gets the same exchange."""
@@ -230,10 +243,12 @@ class Matcher:
         steps = self.store.by_scenario.get(scenario, [])
         if not all(e.name in state.used for e in steps):
             return ""
-        return (f"More LLM calls than the trace {scenario!r} has steps: all {len(steps)} of "
-                f"its text/tool_calls steps were served to this session, and this is call "
-                f"{len(steps) + 1}. The client made a call the trace did not record (POST "
-                f"/__reset rewinds the trace for a new run).\n")
+        return (
+            f"More LLM calls than the trace {scenario!r} has steps: all {len(steps)} of "
+            f"its text/tool_calls steps were served to this session, and this is call "
+            f"{len(steps) + 1}. The client made a call the trace did not record (POST "
+            f"/__reset rewinds the trace for a new run).\n"
+        )
 
     def _log_alias_miss(self, provider: Provider, body: JSON) -> None:
         """The hash-keyed stub's line for a request no fixture answers, and the request."""
@@ -242,11 +257,15 @@ class Matcher:
                 alias = ALIAS_DIGESTS[Keying.HASH_KEYED](body)
             except (TypeError, ValueError, AttributeError):
                 return
-            log.warning("[mock-llm] unknown fixture hash %s\n%s", alias,
-                        json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+            log.warning(
+                "[mock-llm] unknown fixture hash %s\n%s",
+                alias,
+                json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+            )
 
-    def _try(self, strategy: Strategy, provider: Provider, body: JSON, digest: str,
-             state: _Session) -> Match | None:
+    def _try(
+        self, strategy: Strategy, provider: Provider, body: JSON, digest: str, state: _Session
+    ) -> Match | None:
         if strategy is Strategy.EXACT:
             candidates = self.store.by_digest.get((provider.name, digest))
             if not candidates:
@@ -334,36 +353,46 @@ class Matcher:
 
     def explain_miss(self, provider: Provider, body: JSON, digest: str) -> str:
         model = body.get("model") if isinstance(body, dict) else None
-        lines = [f"No recording matches this request (digest {digest}, provider "
-                 f"{provider.name}, model {model!r}; matchers tried: "
-                 f"{', '.join(s.value for s in self.order)})."]
+        lines = [
+            f"No recording matches this request (digest {digest}, provider "
+            f"{provider.name}, model {model!r}; matchers tried: "
+            f"{', '.join(s.value for s in self.order)})."
+        ]
         nearest = self._nearest(provider, body, self.candidates)
         if nearest:
             lines.append("Nearest recordings (what differs: recorded != requested):")
             canonical = provider.canonical(body)
             for exchange, score in nearest:
                 diffs = _differences(provider.canonical(exchange.request.body), canonical)
-                lines.append(f"  {exchange.name} (similarity {score:.2f}, "
-                             f"{exchange.source or 'in memory'}): "
-                             + ("; ".join(diffs) if diffs else "differs only in volatile values"))
+                lines.append(
+                    f"  {exchange.name} (similarity {score:.2f}, "
+                    f"{exchange.source or 'in memory'}): "
+                    + ("; ".join(diffs) if diffs else "differs only in volatile values")
+                )
         else:
             lines.append("No recordings of this provider are loaded.")
         if Keying.HASH_KEYED in self.store.alias_keyings.get(provider.name, ()):
             try:
                 alias = ALIAS_DIGESTS[Keying.HASH_KEYED](body)
-                lines.append(f"Hash-keyed fixtures are loaded: this request's fixture hash "
-                             f"is {alias}; save its answer as {alias}.json.")
+                lines.append(
+                    f"Hash-keyed fixtures are loaded: this request's fixture hash "
+                    f"is {alias}; save its answer as {alias}.json."
+                )
             except (TypeError, ValueError, AttributeError):
                 pass
         traces = self.store.sequence_scenarios
         if traces:
-            lines.append("Trace fixtures are served in order to a session following one: "
-                         "send the trace's model_name as the model, or select it with "
-                         'POST /__scenario {"scenario": NAME}; loaded traces: '
-                         + ", ".join(f"{s} (model_name {m!r})"
-                                     for s, m in list(traces.items())[:10]) + ".")
-        lines.append("Record it with --mode record-missing, serve a canned answer with "
-                     "--on-miss fallback, or see what is loaded with `chaosllm ls`.")
+            lines.append(
+                "Trace fixtures are served in order to a session following one: "
+                "send the trace's model_name as the model, or select it with "
+                'POST /__scenario {"scenario": NAME}; loaded traces: '
+                + ", ".join(f"{s} (model_name {m!r})" for s, m in list(traces.items())[:10])
+                + "."
+            )
+        lines.append(
+            "Record it with --mode record-missing, serve a canned answer with "
+            "--on-miss fallback, or see what is loaded with `chaosllm ls`."
+        )
         return "\n".join(lines)
 
 
@@ -381,7 +410,8 @@ def _differences(recorded: JSON, requested: JSON) -> list[str]:
     if isinstance(recorded, dict) and isinstance(requested, dict):
         a, b = recorded.get("messages"), requested.get("messages")
         if isinstance(a, list) and isinstance(b, list) and a and b and len(a) != len(b):
-            lines = [f"last message.{line}" if not line.startswith("$") else
-                     "last message" + line[1:]
-                     for line in json_differences(a[-1], b[-1], limit=2)]
+            lines = [
+                f"last message.{line}" if not line.startswith("$") else "last message" + line[1:]
+                for line in json_differences(a[-1], b[-1], limit=2)
+            ]
     return lines + json_differences(recorded, requested, limit=4 - len(lines))

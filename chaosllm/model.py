@@ -197,12 +197,18 @@ class PlanReport:
     The event behind `wait` is made only when someone waits (most never do).
     """
 
-    __slots__ = ("_outcome", "_settled", "bytes_sent", "degraded", "frames_sent",
-                 "head_sent")
+    __slots__ = ("_outcome", "_settled", "bytes_sent", "degraded", "frames_sent", "head_sent")
     _lock = threading.Lock()
 
-    def __init__(self, *, frames_sent: int = 0, bytes_sent: int = 0, head_sent: bool = False,
-                 outcome: Outcome | None = None, degraded: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        frames_sent: int = 0,
+        bytes_sent: int = 0,
+        head_sent: bool = False,
+        outcome: Outcome | None = None,
+        degraded: str | None = None,
+    ) -> None:
         self.frames_sent = frames_sent
         self.bytes_sent = bytes_sent
         self.head_sent = head_sent
@@ -234,8 +240,7 @@ class PlanReport:
         return settled.wait(timeout)
 
     def _fields(self) -> tuple[object, ...]:
-        return (self.frames_sent, self.bytes_sent, self.head_sent, self._outcome,
-                self.degraded)
+        return (self.frames_sent, self.bytes_sent, self.head_sent, self._outcome, self.degraded)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PlanReport):
@@ -245,6 +250,8 @@ class PlanReport:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (f"PlanReport(frames_sent={self.frames_sent}, bytes_sent={self.bytes_sent}, "
-                f"head_sent={self.head_sent}, outcome={self._outcome}, "
-                f"degraded={self.degraded!r})")
+        return (
+            f"PlanReport(frames_sent={self.frames_sent}, bytes_sent={self.bytes_sent}, "
+            f"head_sent={self.head_sent}, outcome={self._outcome}, "
+            f"degraded={self.degraded!r})"
+        )

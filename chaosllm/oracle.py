@@ -32,8 +32,9 @@ from chaosllm.wire import PlanResponse
 __all__ = ["precheck", "review", "trace_findings"]
 
 
-def precheck(state: ChaosState, provider: Provider, body: JSON,
-             journal: dict[str, Any]) -> PlanResponse | None:
+def precheck(
+    state: ChaosState, provider: Provider, body: JSON, journal: dict[str, Any]
+) -> PlanResponse | None:
     """Validate the conversation; findings into `journal`. The refusal to send, when
     ``--strict`` and anything was found."""
     findings = [f.to_json() for f in validate_conversation(body)]
@@ -43,17 +44,24 @@ def precheck(state: ChaosState, provider: Provider, body: JSON,
     return None
 
 
-def review(state: ChaosState, provider: Provider, body: JSON, match: Match,
-           journal: dict[str, Any]) -> tuple[Exchange, PlanResponse | None]:
+def review(
+    state: ChaosState, provider: Provider, body: JSON, match: Match, journal: dict[str, Any]
+) -> tuple[Exchange, PlanResponse | None]:
     """Check the request against what the matched recording expects and adapt its answer:
     the exchange to serve, and the refusal to send instead, if any."""
     exchange = match.exchange
     findings: list[dict[str, Any]] = journal.setdefault("findings", [])
     new: list[Finding] = []
-    if exchange.keyed_by == Keying.REQUEST and not has_system_prompt(body) \
-            and has_system_prompt(exchange.request.body):
-        new.extend(f for f in validate_conversation(body, expects_system=True)
-                   if f.check == "missing_system_prompt")
+    if (
+        exchange.keyed_by == Keying.REQUEST
+        and not has_system_prompt(body)
+        and has_system_prompt(exchange.request.body)
+    ):
+        new.extend(
+            f
+            for f in validate_conversation(body, expects_system=True)
+            if f.check == "missing_system_prompt"
+        )
     if exchange.meta:
         new.extend(trace_findings(exchange.meta, body))
     findings.extend(f.to_json() for f in new)
@@ -62,41 +70,48 @@ def review(state: ChaosState, provider: Provider, body: JSON, match: Match,
     remap = match.strategy is not Strategy.EXACT and exchange.keyed_by == Keying.REQUEST
     if workspace is not None or remap:
         live = match.request if match.request is not None else body
-        exchange, _ = adapt(exchange, live, workspace=workspace, remap=remap,
-                            assemble=provider.assemble)
+        exchange, _ = adapt(
+            exchange, live, workspace=workspace, remap=remap, assemble=provider.assemble
+        )
 
     if exchange.response.status < 400:
         problem = answer_schema_problem(body, exchange.response.body)
         if problem is not None:
-            message = (f"The recorded answer {exchange.name} "
-                       f"({exchange.source or 'in memory'}) no longer fits this request: "
-                       f"{problem}. The schema changed since the answer was recorded: "
-                       f"re-record it (delete it and run with --mode record-missing).")
-            findings.append(Finding("schema_mismatch", message, oracle="structured-output")
-                            .to_json())
-            plan = provider.render_error(422, message, kind=ErrorKind.NO_MATCH,
-                                         code="recording_schema_mismatch")
+            message = (
+                f"The recorded answer {exchange.name} "
+                f"({exchange.source or 'in memory'}) no longer fits this request: "
+                f"{problem}. The schema changed since the answer was recorded: "
+                f"re-record it (delete it and run with --mode record-missing)."
+            )
+            findings.append(
+                Finding("schema_mismatch", message, oracle="structured-output").to_json()
+            )
+            plan = provider.render_error(
+                422, message, kind=ErrorKind.NO_MATCH, code="recording_schema_mismatch"
+            )
             entry = state.journal.add(**journal, status=422, error="schema mismatch")
-            return exchange, PlanResponse(plan.with_(headers=plan.headers + (
-                ("x-chaosllm-recording", exchange.name),)), entry.report)
+            return exchange, PlanResponse(
+                plan.with_(headers=plan.headers + (("x-chaosllm-recording", exchange.name),)),
+                entry.report,
+            )
     if new and state.config.strict:
         return exchange, _refuse_strict(state, provider, journal)
     return exchange, None
 
 
-def _refuse_strict(state: ChaosState, provider: Provider,
-                   journal: dict[str, Any]) -> PlanResponse:
+def _refuse_strict(state: ChaosState, provider: Provider, journal: dict[str, Any]) -> PlanResponse:
     findings = journal["findings"]
     first = findings[0]
     message = first["message"]
     if len(findings) > 1:
         message += f" (chaosllm --strict: {len(findings)} findings; GET /__findings lists them)"
-    plan = provider.render_error(400, message, kind=ErrorKind.INVALID_REQUEST,
-                                 param=first.get("param"))
-    entry = state.journal.add(**journal, status=400,
-                              error=f"refused by --strict: {first['check']}")
-    return PlanResponse(plan.with_(headers=plan.headers + (("x-chaosllm-match", "refused"),)),
-                        entry.report)
+    plan = provider.render_error(
+        400, message, kind=ErrorKind.INVALID_REQUEST, param=first.get("param")
+    )
+    entry = state.journal.add(**journal, status=400, error=f"refused by --strict: {first['check']}")
+    return PlanResponse(
+        plan.with_(headers=plan.headers + (("x-chaosllm-match", "refused"),)), entry.report
+    )
 
 
 def _text(content: JSON) -> str:
@@ -127,39 +142,60 @@ def trace_findings(meta: Any, body: JSON) -> list[Finding]:
             users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
             last = _text(users[-1].get("content")) if users else ""
             if contains not in last:
-                found.append(Finding(
-                    "request_hint", f"{where}: request_hint.last_user_message_contains "
-                                    f"{contains!r} is not in the last user message "
-                                    f"({_short(last) if users else 'there is none'})",
-                    oracle="trace", severity="warning"))
+                found.append(
+                    Finding(
+                        "request_hint",
+                        f"{where}: request_hint.last_user_message_contains "
+                        f"{contains!r} is not in the last user message "
+                        f"({_short(last) if users else 'there is none'})",
+                        oracle="trace",
+                        severity="warning",
+                    )
+                )
         least = hint.get("min_message_count")
         if isinstance(least, int) and len(messages) < least:
-            found.append(Finding(
-                "request_hint", f"{where}: request_hint.min_message_count is {least}, but "
-                                f"the request has {len(messages)} messages",
-                oracle="trace", severity="warning"))
+            found.append(
+                Finding(
+                    "request_hint",
+                    f"{where}: request_hint.min_message_count is {least}, but "
+                    f"the request has {len(messages)} messages",
+                    oracle="trace",
+                    severity="warning",
+                )
+            )
     expected = meta.get("expected_tool_results")
     if isinstance(expected, list):
-        results = {m.get("tool_call_id"): m for m in messages
-                   if isinstance(m, dict) and m.get("role") == "tool"}
+        results = {
+            m.get("tool_call_id"): m
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "tool"
+        }
         for item in expected:
             if not isinstance(item, dict):
                 continue
             call_id = item.get("tool_call_id")
             actual = results.get(call_id)
             if actual is None:
-                found.append(Finding(
-                    "expected_tool_result", f"{where}: no tool message answers tool call "
-                                            f"{call_id!r} ({item.get('name')}), which the "
-                                            f"trace expects before this call",
-                    oracle="trace"))
+                found.append(
+                    Finding(
+                        "expected_tool_result",
+                        f"{where}: no tool message answers tool call "
+                        f"{call_id!r} ({item.get('name')}), which the "
+                        f"trace expects before this call",
+                        oracle="trace",
+                    )
+                )
                 continue
             want = item.get("content")
             got = _text(actual.get("content"))
             if isinstance(want, str) and got != want:
-                found.append(Finding(
-                    "expected_tool_result", f"{where}: the result of tool call {call_id!r} "
-                                            f"({item.get('name')}) changed: expected "
-                                            f"{_short(want)}, got {_short(got)}",
-                    oracle="trace"))
+                found.append(
+                    Finding(
+                        "expected_tool_result",
+                        f"{where}: the result of tool call {call_id!r} "
+                        f"({item.get('name')}) changed: expected "
+                        f"{_short(want)}, got {_short(got)}",
+                        oracle="trace",
+                    )
+                )
     return found

@@ -33,8 +33,16 @@ from chaosllm.faults.profiles import load_profile
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
 from chaosllm.server import ChaosServer
 
-__all__ = ["BaselineFailed", "ProbeReport", "ProbeRun", "Verdict", "default_faults", "probe",
-           "render_html", "render_matrix"]
+__all__ = [
+    "BaselineFailed",
+    "ProbeReport",
+    "ProbeRun",
+    "Verdict",
+    "default_faults",
+    "probe",
+    "render_html",
+    "render_matrix",
+]
 
 VARIANTS = ("json", "stream")
 
@@ -64,11 +72,17 @@ class ProbeRun:
         return "(no fault)" if self.fault is None else str(self.fault["type"])
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault, "variant": self.variant,
-                "verdict": self.verdict.value if self.verdict else "baseline",
-                "exit_code": self.exit_code, "seconds": round(self.seconds, 3),
-                "attempts": self.attempts, "fired": self.fired,
-                "stdout": self.stdout, "stderr": self.stderr[-2000:]}
+        return {
+            "fault": self.fault,
+            "variant": self.variant,
+            "verdict": self.verdict.value if self.verdict else "baseline",
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "attempts": self.attempts,
+            "fired": self.fired,
+            "stdout": self.stdout,
+            "stderr": self.stderr[-2000:],
+        }
 
 
 @dataclass
@@ -78,10 +92,12 @@ class ProbeReport:
     runs: list[ProbeRun] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"command": self.command, "baseline": self.baseline.to_json(),
-                "runs": [r.to_json() for r in self.runs],
-                "summary": {v.value: sum(1 for r in self.runs if r.verdict is v)
-                            for v in Verdict}}
+        return {
+            "command": self.command,
+            "baseline": self.baseline.to_json(),
+            "runs": [r.to_json() for r in self.runs],
+            "summary": {v.value: sum(1 for r in self.runs if r.verdict is v) for v in Verdict},
+        }
 
     def matrix(self) -> dict[str, dict[str, str]]:
         """fault type -> variant -> verdict."""
@@ -104,20 +120,38 @@ def default_faults(*, stall_ms: float) -> list[dict[str, Any]]:
     return faults
 
 
-def _run_once(command: Sequence[str], fault: dict[str, Any] | None, variant: str | None, *,
-              timeout: float, server_options: dict[str, Any],
-              env: dict[str, str] | None) -> ProbeRun:
+def _run_once(
+    command: Sequence[str],
+    fault: dict[str, Any] | None,
+    variant: str | None,
+    *,
+    timeout: float,
+    server_options: dict[str, Any],
+    env: dict[str, str] | None,
+) -> ProbeRun:
     with ChaosServer(**server_options) as server:
         if fault is not None:
             spec = dict(fault)
             spec["match"] = {**(spec.get("match") or {}), "stream": variant == "stream"}
             server.arm(spec)
-        child_env = {**os.environ, **(env or {}), "OPENAI_BASE_URL": server.base_url,
-                     "OPENAI_API_KEY": "sk-chaosllm-probe", "ANTHROPIC_BASE_URL": server.url,
-                     "ANTHROPIC_API_KEY": "sk-ant-chaosllm-probe", "PYTHONUNBUFFERED": "1"}
+        child_env = {
+            **os.environ,
+            **(env or {}),
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": "sk-chaosllm-probe",
+            "ANTHROPIC_BASE_URL": server.url,
+            "ANTHROPIC_API_KEY": "sk-ant-chaosllm-probe",
+            "PYTHONUNBUFFERED": "1",
+        }
         started = time.monotonic()
-        proc = subprocess.Popen(list(command), env=child_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            list(command),
+            env=child_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         hung = False
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
@@ -128,9 +162,17 @@ def _run_once(command: Sequence[str], fault: dict[str, Any] | None, variant: str
         seconds = time.monotonic() - started
         journal = server.requests(settle=1.0)
     fired = any(e.get("fault") for e in journal)
-    return ProbeRun(fault=fault, variant=variant, verdict=Verdict.HUNG if hung else None,
-                    exit_code=None if hung else proc.returncode, seconds=seconds,
-                    attempts=len(journal), fired=fired, stdout=stdout, stderr=stderr)
+    return ProbeRun(
+        fault=fault,
+        variant=variant,
+        verdict=Verdict.HUNG if hung else None,
+        exit_code=None if hung else proc.returncode,
+        seconds=seconds,
+        attempts=len(journal),
+        fired=fired,
+        stdout=stdout,
+        stderr=stderr,
+    )
 
 
 def _classify(run: ProbeRun, baseline: ProbeRun) -> Verdict:
@@ -145,17 +187,27 @@ def _classify(run: ProbeRun, baseline: ProbeRun) -> Verdict:
 
 class BaselineFailed(RuntimeError):
     def __init__(self, run: ProbeRun) -> None:
-        super().__init__(f"the program fails without any fault (exit {run.exit_code}"
-                         f"{', timed out' if run.verdict is Verdict.HUNG else ''}): "
-                         f"{run.stderr.strip()[-500:]}")
+        super().__init__(
+            f"the program fails without any fault (exit {run.exit_code}"
+            f"{', timed out' if run.verdict is Verdict.HUNG else ''}): "
+            f"{run.stderr.strip()[-500:]}"
+        )
         self.run = run
 
 
-def probe(command: Sequence[str], *, faults: Sequence[dict[str, Any]] | None = None,
-          profile: str | None = None, variants: Sequence[str] = VARIANTS,
-          timeout: float = 20.0, jobs: int = 1, recordings: Sequence[Path] | None = None,
-          seed: int = 0, env: dict[str, str] | None = None,
-          progress: Callable[[ProbeRun], None] | None = None) -> ProbeReport:
+def probe(
+    command: Sequence[str],
+    *,
+    faults: Sequence[dict[str, Any]] | None = None,
+    profile: str | None = None,
+    variants: Sequence[str] = VARIANTS,
+    timeout: float = 20.0,
+    jobs: int = 1,
+    recordings: Sequence[Path] | None = None,
+    seed: int = 0,
+    env: dict[str, str] | None = None,
+    progress: Callable[[ProbeRun], None] | None = None,
+) -> ProbeReport:
     """Run `command` without faults, then once per fault and variant; classify each run."""
     if not command:
         raise ValueError("no command to probe")
@@ -171,15 +223,13 @@ def probe(command: Sequence[str], *, faults: Sequence[dict[str, Any]] | None = N
     options: dict[str, Any] = {"seed": seed}
     if recordings:
         options["recordings"] = list(recordings)
-    baseline = _run_once(command, None, None, timeout=timeout, server_options=options,
-                         env=env)
+    baseline = _run_once(command, None, None, timeout=timeout, server_options=options, env=env)
     if baseline.verdict is Verdict.HUNG or baseline.exit_code != 0:
         raise BaselineFailed(baseline)
     report = ProbeReport(command=list(command), baseline=baseline)
 
     def one(item: tuple[dict[str, Any], str]) -> ProbeRun:
-        run = _run_once(command, item[0], item[1], timeout=timeout, server_options=options,
-                        env=env)
+        run = _run_once(command, item[0], item[1], timeout=timeout, server_options=options, env=env)
         run.verdict = _classify(run, baseline)
         if progress is not None:
             progress(run)
@@ -196,19 +246,25 @@ def render_matrix(report: ProbeReport) -> str:
     matrix = report.matrix()
     variants = [v for v in VARIANTS if any(v in row for row in matrix.values())]
     width = max([len(k) for k in matrix] + [5])
-    lines = [f"{'fault':<{width}}  " + "  ".join(f"{v:<15}" for v in variants),
-             "-" * (width + 2 + 17 * len(variants))]
+    lines = [
+        f"{'fault':<{width}}  " + "  ".join(f"{v:<15}" for v in variants),
+        "-" * (width + 2 + 17 * len(variants)),
+    ]
     for fault, row in matrix.items():
-        lines.append(f"{fault:<{width}}  " + "  ".join(f"{row.get(v, ''):<15}"
-                                                        for v in variants))
+        lines.append(f"{fault:<{width}}  " + "  ".join(f"{row.get(v, ''):<15}" for v in variants))
     summary = report.to_json()["summary"]
     lines.append("")
     lines.append(", ".join(f"{n} {name}" for name, n in summary.items() if n))
     return "\n".join(lines)
 
 
-_COLOURS = {"recovered": "#1a7f37", "failed cleanly": "#9a6700", "hung": "#cf222e",
-            "wrong answer": "#cf222e", "not fired": "#6e7781"}
+_COLOURS = {
+    "recovered": "#1a7f37",
+    "failed cleanly": "#9a6700",
+    "hung": "#cf222e",
+    "wrong answer": "#cf222e",
+    "not fired": "#6e7781",
+}
 
 
 def render_html(report: ProbeReport) -> str:
@@ -219,14 +275,17 @@ def render_html(report: ProbeReport) -> str:
     for fault, row in matrix.items():
         cells = "".join(
             f'<td style="color:{_COLOURS.get(row.get(v, ""), "#000")}">'
-            f"{html.escape(row.get(v, ''))}</td>" for v in variants)
+            f"{html.escape(row.get(v, ''))}</td>"
+            for v in variants
+        )
         rows.append(f"<tr><th>{html.escape(fault)}</th>{cells}</tr>")
     details = "".join(
         f"<details><summary>{html.escape(r.label)} / {html.escape(r.variant or '')}: "
         f"{html.escape(r.verdict.value if r.verdict else '')} (exit {r.exit_code}, "
         f"{r.attempts} requests, {r.seconds:.2f} s)</summary><pre>"
         f"{html.escape(r.stdout)}\n{html.escape(r.stderr[-2000:])}</pre></details>"
-        for r in report.runs)
+        for r in report.runs
+    )
     command = html.escape(" ".join(report.command))
     data = html.escape(json.dumps(report.to_json()))
     head = "".join(f"<th>{html.escape(v)}</th>" for v in variants)
@@ -236,7 +295,7 @@ def render_html(report: ProbeReport) -> str:
 td,th{{border:1px solid #d0d7de;padding:4px 10px;text-align:left}}
 pre{{background:#f6f8fa;padding:8px;white-space:pre-wrap}}</style></head>
 <body><h1>chaosllm probe</h1><p><code>{command}</code></p>
-<table><thead><tr><th>fault</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
+<table><thead><tr><th>fault</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 <h2>Runs</h2>{details}
 <script type="application/json" id="report">{data}</script></body></html>
 """

@@ -64,11 +64,19 @@ class ChaosHandle:
     @property
     def env(self) -> dict[str, str]:
         """Environment for a client program: the official SDKs read these."""
-        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": "sk-chaosllm-test",
-                "ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": "sk-ant-chaosllm-test"}
+        return {
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": "sk-chaosllm-test",
+            "ANTHROPIC_BASE_URL": self.url,
+            "ANTHROPIC_API_KEY": "sk-ant-chaosllm-test",
+        }
 
-    def arm(self, spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-            /, **params: Any) -> list[str]:
+    def arm(
+        self,
+        spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        /,
+        **params: Any,
+    ) -> list[str]:
         """Arm faults (as `ChaosServer.arm`); on a shared server they match only this
         test's session."""
         if isinstance(spec, str):
@@ -96,8 +104,10 @@ class ChaosHandle:
         faults = self.server.faults()
         if self.session is None:
             return faults
-        return {"armed": [f for f in faults["armed"] if f["id"] in self._mine],
-                "fired": [f for f in faults["fired"] if f["session"] == self.session]}
+        return {
+            "armed": [f for f in faults["armed"] if f["id"] in self._mine],
+            "fired": [f for f in faults["fired"] if f["session"] == self.session],
+        }
 
     def requests(self, *, settle: float = 2.0) -> list[dict[str, Any]]:
         """This test's journal (its session's, on a shared server)."""
@@ -143,20 +153,35 @@ class ChaosHandle:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaosllm", "chaosllm fault-injection server")
-    group.addoption("--chaosllm-recordings", action="append", metavar="DIR", default=None,
-                    help="recordings directory for the chaosllm fixture (repeatable; "
-                         "default: the shipped recordings)")
-    group.addoption("--chaosllm-seed", type=int, default=0, metavar="N",
-                    help="seed of the chaosllm fixture's fault draws (default 0)")
-    group.addoption("--chaosllm-shared", action="store_true", default=False,
-                    help="share one chaosllm server across tests, a session id per test")
+    group.addoption(
+        "--chaosllm-recordings",
+        action="append",
+        metavar="DIR",
+        default=None,
+        help="recordings directory for the chaosllm fixture (repeatable; "
+        "default: the shipped recordings)",
+    )
+    group.addoption(
+        "--chaosllm-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the chaosllm fixture's fault draws (default 0)",
+    )
+    group.addoption(
+        "--chaosllm-shared",
+        action="store_true",
+        default=False,
+        help="share one chaosllm server across tests, a session id per test",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "chaosllm(shared=False, recordings=None, seed=None, on_miss=None, timing=None, "
-        "match=None, profile=None): configure the chaosllm fixture's server")
+        "match=None, profile=None): configure the chaosllm fixture's server",
+    )
 
 
 def _defaults(config: pytest.Config) -> dict[str, Any]:
@@ -180,12 +205,16 @@ def chaosllm(request: pytest.FixtureRequest) -> Iterator[ChaosHandle]:
     marker = request.node.get_closest_marker("chaosllm")
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
     if marker is not None and marker.args:
-        raise pytest.UsageError("@pytest.mark.chaosllm takes keyword arguments only: "
-                                "shared, " + ", ".join(_SERVER_OPTIONS))
+        raise pytest.UsageError(
+            "@pytest.mark.chaosllm takes keyword arguments only: "
+            "shared, " + ", ".join(_SERVER_OPTIONS)
+        )
     unknown = set(options) - {"shared", *_SERVER_OPTIONS}
     if unknown:
-        raise pytest.UsageError(f"@pytest.mark.chaosllm has no option {sorted(unknown)[0]!r}; "
-                                "valid: shared, " + ", ".join(_SERVER_OPTIONS))
+        raise pytest.UsageError(
+            f"@pytest.mark.chaosllm has no option {sorted(unknown)[0]!r}; "
+            "valid: shared, " + ", ".join(_SERVER_OPTIONS)
+        )
     shared = options.pop("shared", None)
     if shared is None:
         shared = request.config.getoption("chaosllm_shared")

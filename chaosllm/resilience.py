@@ -53,11 +53,16 @@ def format_journal(journal: Journal) -> str:
     lines = []
     for e in journal:
         fault = e.get("fault")
-        label = f"{fault['type']}{json.dumps(fault.get('params') or {}, sort_keys=True)}" \
-            if fault else "-"
-        lines.append(f"  #{e['seq']} session={e.get('session')} status={e['status']} "
-                     f"recording={e.get('recording')} fault={label} "
-                     f"frames={e.get('frames_sent')} outcome={e.get('outcome')}")
+        label = (
+            f"{fault['type']}{json.dumps(fault.get('params') or {}, sort_keys=True)}"
+            if fault
+            else "-"
+        )
+        lines.append(
+            f"  #{e['seq']} session={e.get('session')} status={e['status']} "
+            f"recording={e.get('recording')} fault={label} "
+            f"frames={e.get('frames_sent')} outcome={e.get('outcome')}"
+        )
     return "\n".join(lines) or "  (no requests)"
 
 
@@ -69,15 +74,18 @@ def attempts(journal: Journal, *, session: str | None = None) -> int:
 def assert_attempts(journal: Journal, expected: int, *, session: str | None = None) -> None:
     seen = attempts(journal, session=session)
     if seen != expected:
-        raise ResilienceViolation(f"the server saw {seen} attempts, expected {expected}:\n"
-                                  + format_journal(journal))
+        raise ResilienceViolation(
+            f"the server saw {seen} attempts, expected {expected}:\n" + format_journal(journal)
+        )
 
 
 def assert_recovered(result: Any, expected: Any) -> None:
     """The call returned exactly the fault-free answer."""
     if result != expected:
-        raise ResilienceViolation(f"the call did not recover the fault-free answer:\n"
-                                  f"  got:      {result!r}\n  expected: {expected!r}")
+        raise ResilienceViolation(
+            f"the call did not recover the fault-free answer:\n"
+            f"  got:      {result!r}\n  expected: {expected!r}"
+        )
 
 
 def retry_after_of(entry: Mapping[str, Any]) -> float | None:
@@ -104,7 +112,8 @@ def assert_retry_after_honoured(journal: Journal, *, tolerance: float = 0.01) ->
             if gap + tolerance < wait:
                 raise ResilienceViolation(
                     f"request #{after['seq']} came {gap:.3f} s after #{before['seq']}, whose "
-                    f"answer said Retry-After {wait:g} s:\n" + format_journal(journal))
+                    f"answer said Retry-After {wait:g} s:\n" + format_journal(journal)
+                )
 
 
 def assert_no_silent_truncation(chunks: Iterable[Any], *, accepted: bool = True) -> None:
@@ -114,15 +123,21 @@ def assert_no_silent_truncation(chunks: Iterable[Any], *, accepted: bool = True)
         return
     finish = None
     for chunk in chunks:
-        choices = chunk.get("choices") if isinstance(chunk, Mapping) \
-            else getattr(chunk, "choices", None)
+        choices = (
+            chunk.get("choices") if isinstance(chunk, Mapping) else getattr(chunk, "choices", None)
+        )
         for choice in choices or []:
-            reason = choice.get("finish_reason") if isinstance(choice, Mapping) \
+            reason = (
+                choice.get("finish_reason")
+                if isinstance(choice, Mapping)
                 else getattr(choice, "finish_reason", None)
+            )
             finish = reason or finish
     if finish is None:
-        raise ResilienceViolation("the client accepted a stream that ended without a finish "
-                                  "reason: a truncated answer was taken for a whole one")
+        raise ResilienceViolation(
+            "the client accepted a stream that ended without a finish "
+            "reason: a truncated answer was taken for a whole one"
+        )
 
 
 def assert_no_duplicate_tool_execution(executed_tool_call_ids: Iterable[str]) -> None:

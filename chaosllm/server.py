@@ -71,8 +71,9 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
-async def _serve_builtin(app: Starlette, host: str, port: int, config: ServerConfig,
-                         ready: Any, stop: anyio.Event) -> None:
+async def _serve_builtin(
+    app: Starlette, host: str, port: int, config: ServerConfig, ready: Any, stop: anyio.Event
+) -> None:
     server = WireServer(app, host=host, port=port, max_body_bytes=config.max_body_bytes)
     async with anyio.create_task_group() as tg:
         bound = await tg.start(server.serve)
@@ -86,7 +87,8 @@ UVICORN_DEGRADED = (
     "connection_reset closes (FIN) instead of resetting (RST); empty_reply, and garbage on "
     "non-streaming requests, become a 500 from uvicorn; dropped_connection, stall and "
     "garbage mid-stream end the response by aborting it. Use --server builtin for exact "
-    "faults.")
+    "faults."
+)
 
 
 class _HidePlanAborts(logging.Filter):
@@ -101,13 +103,20 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
     try:
         import uvicorn
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ServerError("--server uvicorn needs uvicorn: pip install 'chaosllm[uvicorn]'") \
-            from exc
+        raise ServerError(
+            "--server uvicorn needs uvicorn: pip install 'chaosllm[uvicorn]'"
+        ) from exc
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
-    uv_config = uvicorn.Config(app, loop=loop, http=http, log_level="warning",
-                               access_log=False, lifespan="auto",
-                               h11_max_incomplete_event_size=config.max_body_bytes)
+    uv_config = uvicorn.Config(
+        app,
+        loop=loop,
+        http=http,
+        log_level="warning",
+        access_log=False,
+        lifespan="auto",
+        h11_max_incomplete_event_size=config.max_body_bytes,
+    )
     error_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _HidePlanAborts) for f in error_log.filters):
         error_log.addFilter(_HidePlanAborts())
@@ -123,9 +132,15 @@ def _has(module: str) -> bool:
     return True
 
 
-def run_server(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000,
-               kind: ServerKind = ServerKind.BUILTIN, state: ChaosState | None = None,
-               on_listening: Any = None) -> None:
+def run_server(
+    config: ServerConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    kind: ServerKind = ServerKind.BUILTIN,
+    state: ChaosState | None = None,
+    on_listening: Any = None,
+) -> None:
     """Serve in the foreground until interrupted. `on_listening(url)` is called once bound."""
     app = create_app(config, state=state)
     # The recordings live as long as the process: move them out of the collector's
@@ -211,18 +226,30 @@ class ChaosServer:
             given = [Path(d) for d in recordings]
         mode = Mode.parse(mode) if isinstance(mode, str) else mode
         try:
-            dirs, target = proxy_dirs(mode, upstream=upstream, recordings=given,
-                                      record_dir=Path(record_dir) if record_dir else None)
+            dirs, target = proxy_dirs(
+                mode,
+                upstream=upstream,
+                recordings=given,
+                record_dir=Path(record_dir) if record_dir else None,
+            )
         except ValueError as exc:
             raise ServerError(str(exc)) from None
         self.config = ServerConfig(
-            recordings=dirs, mode=mode,
+            recordings=dirs,
+            mode=mode,
             on_miss=OnMiss.parse(on_miss) if isinstance(on_miss, str) else on_miss,
-            seed=seed, timing=parse_timing(timing),
+            seed=seed,
+            timing=parse_timing(timing),
             match_order=Strategy.parse_order(match) if isinstance(match, str) else tuple(match),
-            nearest_threshold=nearest_threshold, max_body_bytes=max_body_bytes,
-            upstream=upstream, record_dir=target, record_scenario=record_scenario,
-            secrets=[*secrets, *secrets_from_env()], strict=strict, journal_size=journal_size)
+            nearest_threshold=nearest_threshold,
+            max_body_bytes=max_body_bytes,
+            upstream=upstream,
+            record_dir=target,
+            record_scenario=record_scenario,
+            secrets=[*secrets, *secrets_from_env()],
+            strict=strict,
+            journal_size=journal_size,
+        )
         self.kind = ServerKind(server)
         self.host = host
         self._requested_port = port
@@ -260,8 +287,9 @@ class ChaosServer:
                     sock.close()
                     started.set()
 
-            self._thread = threading.Thread(target=run_uvicorn, name="chaosllm-uvicorn",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=run_uvicorn, name="chaosllm-uvicorn", daemon=True
+            )
             self._thread.start()
             self._wait_uvicorn(timeout)
             return self
@@ -275,8 +303,9 @@ class ChaosServer:
                     self.port = bound[1]
                     started.set()
 
-                await _serve_builtin(self.app, self.host, self._requested_port, self.config,
-                                     ready, self._stop)
+                await _serve_builtin(
+                    self.app, self.host, self._requested_port, self.config, ready, self._stop
+                )
 
             try:
                 anyio.run(main)
@@ -326,8 +355,12 @@ class ChaosServer:
     def __enter__(self) -> ChaosServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     # -- addresses --------------------------------------------------------------
@@ -361,8 +394,12 @@ class ChaosServer:
         frame counts are final."""
         return [e.to_json() for e in self.state.journal.entries(session, settle=settle)]
 
-    def arm(self, spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-            /, **params: Any) -> list[str]:
+    def arm(
+        self,
+        spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        /,
+        **params: Any,
+    ) -> list[str]:
         """Arm faults; their ids. ``arm("http_503", remaining=2)``, ``arm({"type": ...})``
         or ``arm([{...}, {...}])``. Raises `InvalidFaultSpec` and arms nothing if any
         spec is bad."""
@@ -387,15 +424,18 @@ class ChaosServer:
 
     def faults(self) -> dict[str, Any]:
         """Armed faults and the history of fired ones (see `GET /__fault`)."""
-        return {"armed": self.state.board.armed(),
-                "fired": [f.to_json() for f in self.state.board.history()]}
+        return {
+            "armed": self.state.board.armed(),
+            "fired": [f.to_json() for f in self.state.board.history()],
+        }
 
-    def findings(self, session: str | None = None, *, settle: float = 2.0
-                 ) -> list[dict[str, Any]]:
+    def findings(self, session: str | None = None, *, settle: float = 2.0) -> list[dict[str, Any]]:
         """What the oracles found about the requests (see `GET /__findings`)."""
-        return [{"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
-                for e in self.state.journal.entries(session, settle=settle)
-                for finding in e.findings]
+        return [
+            {"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
+            for e in self.state.journal.entries(session, settle=settle)
+            for finding in e.findings
+        ]
 
     def unused(self) -> list[str]:
         """The names of the recordings not served since the last reset (`GET /__unused`)."""

@@ -53,12 +53,19 @@ class ChaosState:
         store = RecordingStore.load(config.recordings)
         for error in store.errors:
             log.warning("skipped recording %s", error)
-        matcher = Matcher(store, order=config.match_order,
-                          nearest_threshold=config.nearest_threshold)
-        return cls(config=config, store=store, matcher=matcher,
-                   journal=Journal(config.journal_size),
-                   board=FaultBoard(seed=config.seed), redactor=redactor, upstream=upstream,
-                   writer=writer)
+        matcher = Matcher(
+            store, order=config.match_order, nearest_threshold=config.nearest_threshold
+        )
+        return cls(
+            config=config,
+            store=store,
+            matcher=matcher,
+            journal=Journal(config.journal_size),
+            board=FaultBoard(seed=config.seed),
+            redactor=redactor,
+            upstream=upstream,
+            writer=writer,
+        )
 
     def record(self, exchange: Exchange, session: str | None) -> Exchange:
         """Write a new recording (to the session's active scenario, else the configured
@@ -89,9 +96,16 @@ def _prepare_record_dir(config: ServerConfig) -> None:
     try:
         config.record_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        log.error("cannot create the record directory %s: %s; answers will be proxied "
-                  "but not recorded until it can be written", config.record_dir, exc)
+        log.error(
+            "cannot create the record directory %s: %s; answers will be proxied "
+            "but not recorded until it can be written",
+            config.record_dir,
+            exc,
+        )
         return
     if not os.access(config.record_dir, os.W_OK):
-        log.error("the record directory %s is not writable; answers will be proxied but "
-                  "not recorded until it is", config.record_dir)
+        log.error(
+            "the record directory %s is not writable; answers will be proxied but "
+            "not recorded until it is",
+            config.record_dir,
+        )

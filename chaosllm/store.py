@@ -82,19 +82,28 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
     """An `Exchange` from the JSON of a recording file; `RecordingError` says what is wrong."""
     _require(isinstance(data, dict), source, "a recording must be a JSON object")
     version = data.get("chaosllm")
-    _require(version is not None, source,
-             'missing "chaosllm" format version (expected "chaosllm": 1)')
-    _require(isinstance(version, int) and 1 <= version <= FORMAT_VERSION, source,
-             f'unsupported format version {version!r}: this chaosllm reads version '
-             f'{FORMAT_VERSION}')
+    _require(
+        version is not None, source, 'missing "chaosllm" format version (expected "chaosllm": 1)'
+    )
+    _require(
+        isinstance(version, int) and 1 <= version <= FORMAT_VERSION,
+        source,
+        f"unsupported format version {version!r}: this chaosllm reads version {FORMAT_VERSION}",
+    )
     provider_name = data.get("provider", "openai.chat")
-    _require(provider_name in PROVIDERS, source,
-             f"unknown provider {provider_name!r}; known: {', '.join(sorted(PROVIDERS))}")
+    _require(
+        provider_name in PROVIDERS,
+        source,
+        f"unknown provider {provider_name!r}; known: {', '.join(sorted(PROVIDERS))}",
+    )
     provider = PROVIDERS[provider_name]
 
     keyed_by = data.get("keyed_by", Keying.REQUEST)
-    _require(keyed_by in Keying.ALL, source,
-             f'"keyed_by" must be one of {", ".join(Keying.ALL)}, got {keyed_by!r}')
+    _require(
+        keyed_by in Keying.ALL,
+        source,
+        f'"keyed_by" must be one of {", ".join(Keying.ALL)}, got {keyed_by!r}',
+    )
     request = data.get("request")
     if request is None and keyed_by != Keying.REQUEST:
         request = {"body": {"messages": []}}  # answers only: no request was recorded
@@ -103,23 +112,35 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
     _require(isinstance(body, dict), source, '"request.body" must be an object')
     path = request.get("path", "/v1/chat/completions")
     method = request.get("method", "POST")
-    _require(isinstance(path, str) and isinstance(method, str), source,
-             '"request.path" and "request.method" must be strings')
+    _require(
+        isinstance(path, str) and isinstance(method, str),
+        source,
+        '"request.path" and "request.method" must be strings',
+    )
 
     response = data.get("response")
     _require(isinstance(response, dict), source, '"response" must be an object')
     status = response.get("status", 200)
-    _require(isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
-             source, f'"response.status" must be an HTTP status code, got {status!r}')
+    _require(
+        isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
+        source,
+        f'"response.status" must be an HTTP status code, got {status!r}',
+    )
     chunks = _parse_chunks(response.get("chunks"), source)
     headers = response.get("headers") or {}
-    _require(isinstance(headers, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                               for k, v in headers.items()),
-             source, '"response.headers" must map header names to strings')
+    _require(
+        isinstance(headers, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()),
+        source,
+        '"response.headers" must map header names to strings',
+    )
     response_body = response.get("body")
     if response_body is None:
-        _require(chunks is not None, source,
-                 '"response.body" is missing (and there are no "chunks" to assemble it from)')
+        _require(
+            chunks is not None,
+            source,
+            '"response.body" is missing (and there are no "chunks" to assemble it from)',
+        )
         assert chunks is not None
         try:
             response_body = provider.assemble([c.data for c in chunks])
@@ -130,9 +151,12 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
 
     stored = data.get("digest")
     if keyed_by == Keying.HASH_KEYED:
-        _require(isinstance(stored, str) and len(stored) == 64 and set(stored) <= _SHA256,
-                 source, '"keyed_by": "hash-keyed" needs the fixture hash as "digest" '
-                         '(64 lower-case hex digits)')
+        _require(
+            isinstance(stored, str) and len(stored) == 64 and set(stored) <= _SHA256,
+            source,
+            '"keyed_by": "hash-keyed" needs the fixture hash as "digest" '
+            "(64 lower-case hex digits)",
+        )
         digest = stored
     else:
         try:
@@ -144,8 +168,13 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
     return Exchange(
         provider=provider_name,
         request=RecordedRequest(method=method.upper(), path=path, body=body),
-        response=RecordedResponse(status=status, body=response_body, stream=stream,
-                                  chunks=chunks, headers=tuple(sorted(headers.items()))),
+        response=RecordedResponse(
+            status=status,
+            body=response_body,
+            stream=stream,
+            chunks=chunks,
+            headers=tuple(sorted(headers.items())),
+        ),
         digest=digest,
         name=name,
         scenario=scenario,
@@ -162,11 +191,17 @@ def _parse_chunks(raw: Any, source: str) -> tuple[RecordedChunk, ...] | None:
     _require(isinstance(raw, list), source, '"response.chunks" must be an array')
     chunks = []
     for i, item in enumerate(raw):
-        _require(isinstance(item, dict) and isinstance(item.get("data"), str), source,
-                 f'"response.chunks[{i}]" must be an object with a string "data"')
+        _require(
+            isinstance(item, dict) and isinstance(item.get("data"), str),
+            source,
+            f'"response.chunks[{i}]" must be an object with a string "data"',
+        )
         delay = item.get("delay_ms", 0.0)
-        _require(isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay >= 0,
-                 source, f'"response.chunks[{i}].delay_ms" must be a number >= 0')
+        _require(
+            isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay >= 0,
+            source,
+            f'"response.chunks[{i}].delay_ms" must be a number >= 0',
+        )
         chunks.append(RecordedChunk(data=item["data"], delay_ms=float(delay)))
     return tuple(chunks)
 
@@ -179,15 +214,19 @@ def exchange_to_json(exchange: Exchange) -> dict[str, Any]:
         "body": exchange.response.body,
     }
     if exchange.response.chunks is not None:
-        response["chunks"] = [{"data": c.data, "delay_ms": c.delay_ms}
-                              for c in exchange.response.chunks]
+        response["chunks"] = [
+            {"data": c.data, "delay_ms": c.delay_ms} for c in exchange.response.chunks
+        ]
     if exchange.response.headers:
         response["headers"] = dict(exchange.response.headers)
     data: dict[str, Any] = {
         "chaosllm": FORMAT_VERSION,
         "provider": exchange.provider,
-        "request": {"method": exchange.request.method, "path": exchange.request.path,
-                    "body": exchange.request.body},
+        "request": {
+            "method": exchange.request.method,
+            "path": exchange.request.path,
+            "body": exchange.request.body,
+        },
         "response": response,
         "digest": exchange.digest,
     }
@@ -263,8 +302,9 @@ class RecordingStore:
             if exchange.keyed_by == Keying.REQUEST:
                 by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
             elif exchange.keyed_by != Keying.SEQUENCE:
-                by_alias.setdefault((exchange.provider, exchange.keyed_by, exchange.digest),
-                                    []).append(exchange)
+                by_alias.setdefault(
+                    (exchange.provider, exchange.keyed_by, exchange.digest), []
+                ).append(exchange)
             by_scenario.setdefault(exchange.scenario, []).append(exchange)
             scenario_meta = exchange.meta.get("scenario_info")
             if isinstance(scenario_meta, dict):
@@ -303,18 +343,25 @@ class RecordingStore:
 
     def summary(self) -> list[Mapping[str, Any]]:
         return [
-            {"name": e.name, "scenario": e.scenario, "provider": e.provider, "digest": e.digest,
-             "model": e.request.body.get("model"), "stream": e.response.stream,
-             "status": e.response.status, "source": e.source,
-             "description": e.meta.get("description"), "keyed_by": e.keyed_by,
-             "format": e.meta.get("format", "chaosllm")}
+            {
+                "name": e.name,
+                "scenario": e.scenario,
+                "provider": e.provider,
+                "digest": e.digest,
+                "model": e.request.body.get("model"),
+                "stream": e.response.stream,
+                "status": e.response.status,
+                "source": e.source,
+                "description": e.meta.get("description"),
+                "keyed_by": e.keyed_by,
+                "format": e.meta.get("format", "chaosllm"),
+            }
             for e in self.exchanges
         ]
 
 
 def _model(exchange: Exchange) -> str | None:
-    model = exchange.request.body.get("model") if isinstance(exchange.request.body, dict) \
-        else None
+    model = exchange.request.body.get("model") if isinstance(exchange.request.body, dict) else None
     return model if isinstance(model, str) else None
 
 
@@ -323,6 +370,9 @@ def recording_files(root: Path) -> list[Path]:
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found.extend(Path(dirpath) / f for f in sorted(filenames)
-                     if f.endswith(RECORDING_SUFFIXES) and not f.startswith("."))
+        found.extend(
+            Path(dirpath) / f
+            for f in sorted(filenames)
+            if f.endswith(RECORDING_SUFFIXES) and not f.startswith(".")
+        )
     return found

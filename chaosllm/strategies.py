@@ -29,9 +29,20 @@ from chaosllm.faults.spec import FAULT_TYPES
 __all__ = ["RECOVERABLE", "SIMPLEST_FIRST", "fault_schedules", "faults", "resilience_settings"]
 
 SIMPLEST_FIRST: tuple[str, ...] = (
-    "http_503", "http_429", "http_error", "empty_reply", "connection_reset",
-    "dropped_connection", "truncated_stream", "error_in_200", "empty_response",
-    "malformed_tool_args", "garbage", "latency", "slow_stream", "stall",
+    "http_503",
+    "http_429",
+    "http_error",
+    "empty_reply",
+    "connection_reset",
+    "dropped_connection",
+    "truncated_stream",
+    "error_in_200",
+    "empty_response",
+    "malformed_tool_args",
+    "garbage",
+    "latency",
+    "slow_stream",
+    "stall",
 )
 """Every fault type, the simplest to reason about first (what examples shrink toward)."""
 
@@ -42,8 +53,8 @@ one-shot unless armed otherwise, so the next attempt gets the real answer)."""
 _RETRYABLE_STATUSES = (500, 502, 503, 504, 529)
 
 resilience_settings = settings(
-    max_examples=20, deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture])
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 """Settings for property tests that talk to a server: fewer examples than the default
 (each one makes real requests), no per-example deadline (retries wait), and the
 `chaosllm` fixture allowed (call ``chaosllm.reset()`` at the top of the test)."""
@@ -58,8 +69,9 @@ def _check_types(types: Sequence[str] | None) -> tuple[str, ...]:
         raise InvalidArgument("types must name at least one fault type")
     unknown = [t for t in types if t not in FAULT_TYPES]
     if unknown:
-        raise InvalidArgument(f"unknown fault type {unknown[0]!r}; valid types: "
-                              f"{', '.join(FAULT_TYPES)}")
+        raise InvalidArgument(
+            f"unknown fault type {unknown[0]!r}; valid types: {', '.join(FAULT_TYPES)}"
+        )
     if len(set(types)) != len(types):
         raise InvalidArgument(f"types lists a type twice: {list(types)!r}")
     return tuple(types)
@@ -67,8 +79,7 @@ def _check_types(types: Sequence[str] | None) -> tuple[str, ...]:
 
 def _check_range(name: str, value: float, *, low: float = 0, integer: bool = False) -> None:
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value != value \
-            or value < low:
+    if isinstance(value, bool) or not isinstance(value, kinds) or value != value or value < low:
         kind = "an integer" if integer else "a number"
         raise InvalidArgument(f"{name} must be {kind} >= {low}, got {value!r}")
 
@@ -104,10 +115,15 @@ def faults(
     _check_range("max_delay_ms", max_delay_ms)
     _check_range("stall_ms", stall_ms)
     _check_range("remaining", remaining, low=1, integer=True)
-    if isinstance(statuses, (str, bytes)) or not statuses or \
-            not all(isinstance(s, int) and 400 <= s <= 599 for s in statuses):
-        raise InvalidArgument(f"statuses must be a non-empty sequence of HTTP error statuses "
-                              f"(400-599), got {statuses!r}")
+    if (
+        isinstance(statuses, (str, bytes))
+        or not statuses
+        or not all(isinstance(s, int) and 400 <= s <= 599 for s in statuses)
+    ):
+        raise InvalidArgument(
+            f"statuses must be a non-empty sequence of HTTP error statuses "
+            f"(400-599), got {statuses!r}"
+        )
     if session is not None and not isinstance(session, str):
         raise InvalidArgument(f"session must be a string, got {session!r}")
 
@@ -128,10 +144,10 @@ def faults(
         "connection_reset": st.fixed_dictionaries({"after_chunks": chunks}),
         "empty_reply": st.just({}),
         "latency": st.fixed_dictionaries({"delay_ms": delay}),
-        "slow_stream": st.fixed_dictionaries({"delay_ms": st.integers(0, max(1, int(
-            max_delay_ms // 10)))}),
-        "stall": st.fixed_dictionaries({"after_chunks": chunks,
-                                        "max_ms": st.just(stall_ms)}),
+        "slow_stream": st.fixed_dictionaries(
+            {"delay_ms": st.integers(0, max(1, int(max_delay_ms // 10)))}
+        ),
+        "stall": st.fixed_dictionaries({"after_chunks": chunks, "max_ms": st.just(stall_ms)}),
         "garbage": st.fixed_dictionaries({"after_chunks": chunks}),
     }
     common: dict[str, Any] = {"remaining": remaining}
@@ -159,9 +175,15 @@ def fault_schedules(
     _check_range("max_faults", max_faults, integer=True)
     if min_faults > max_faults:
         raise InvalidArgument(f"min_faults={min_faults} is more than max_faults={max_faults}")
-    unknown = set(fault_options) - {"max_after_chunks", "max_retry_after", "max_delay_ms",
-                                    "stall_ms", "statuses", "remaining", "session"}
+    unknown = set(fault_options) - {
+        "max_after_chunks",
+        "max_retry_after",
+        "max_delay_ms",
+        "stall_ms",
+        "statuses",
+        "remaining",
+        "session",
+    }
     if unknown:
         raise InvalidArgument(f"unknown option {sorted(unknown)[0]!r} for fault_schedules")
-    return st.lists(faults(types=types, **fault_options), min_size=min_faults,
-                    max_size=max_faults)
+    return st.lists(faults(types=types, **fault_options), min_size=min_faults, max_size=max_faults)

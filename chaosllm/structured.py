@@ -63,8 +63,10 @@ def answer_schema_problem(request: JSON, answer: JSON) -> str | None:
     try:
         validator = _validator(canonical_json(schema))
     except jsonschema.SchemaError as exc:
-        return f"the request's response_format schema {name!r} is not a valid JSON Schema: " \
-               f"{exc.message}"
+        return (
+            f"the request's response_format schema {name!r} is not a valid JSON Schema: "
+            f"{exc.message}"
+        )
     for choice in answer.get("choices") or ():
         message = choice.get("message") if isinstance(choice, dict) else None
         content = message.get("content") if isinstance(message, dict) else None
@@ -73,10 +75,14 @@ def answer_schema_problem(request: JSON, answer: JSON) -> str | None:
         try:
             value = json.loads(content)
         except json.JSONDecodeError as exc:
-            return f"its content is not JSON ({exc.msg}), but the request asks for " \
-                   f"response_format json_schema {name!r}"
+            return (
+                f"its content is not JSON ({exc.msg}), but the request asks for "
+                f"response_format json_schema {name!r}"
+            )
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
         if error is not None:
-            return f"its content does not match the request's response_format json_schema " \
-                   f"{name!r}: {error.message} at {_where(error.absolute_path)}"
+            return (
+                f"its content does not match the request's response_format json_schema "
+                f"{name!r}: {error.message} at {_where(error.absolute_path)}"
+            )
     return None

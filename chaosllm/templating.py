@@ -50,12 +50,15 @@ __all__ = [
 
 WORKSPACE_TOKEN = "<WORKSPACE>"
 
-_ID = re.compile(r"""
+_ID = re.compile(
+    r"""
     (?<![\w-])(?:
         [0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}
       | [A-Za-z][A-Za-z0-9]*[_-](?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9][A-Za-z0-9_-]*
       | (?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{12,}
-    )(?![\w-])""", re.VERBOSE)
+    )(?![\w-])""",
+    re.VERBOSE,
+)
 """Tokens shaped like ids minted at run time."""
 
 _MASK = "\x00"
@@ -92,8 +95,9 @@ def tokenize_workspace(body: JSON, workspace: str | None) -> JSON:
         return body
     root = workspace.rstrip("/\\") or workspace
     variants = sorted({root, _escaped(root)}, key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(v) for v in variants)
-                         + r")(?![\w.-])")
+    pattern = re.compile(
+        r"(?<![\w.-])(?:" + "|".join(re.escape(v) for v in variants) + r")(?![\w.-])"
+    )
 
     def fix(text: str, key: str | None) -> str:
         if not any(v in text for v in variants):
@@ -137,8 +141,9 @@ def _texts(content: JSON) -> list[str]:
     if isinstance(content, str):
         return [content]
     if isinstance(content, list):
-        return [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"),
-                                                                                   str)]
+        return [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
     return []
 
 
@@ -147,8 +152,13 @@ class _IdMap:
         self.mapping: dict[str, str] = {}
 
     def pair(self, recorded: Any, live: Any) -> None:
-        if isinstance(recorded, str) and isinstance(live, str) and recorded != live \
-                and recorded and live:
+        if (
+            isinstance(recorded, str)
+            and isinstance(live, str)
+            and recorded != live
+            and recorded
+            and live
+        ):
             self.mapping.setdefault(recorded, live)
 
     def pair_text(self, recorded: str, live: str) -> None:
@@ -176,16 +186,18 @@ def learn_id_map(recorded: JSON, live: JSON) -> dict[str, str]:
             continue
         ids.pair(a.get("tool_call_id"), b.get("tool_call_id"))
         calls_a, calls_b = a.get("tool_calls"), b.get("tool_calls")
-        if isinstance(calls_a, list) and isinstance(calls_b, list) \
-                and len(calls_a) == len(calls_b):
+        if isinstance(calls_a, list) and isinstance(calls_b, list) and len(calls_a) == len(calls_b):
             for x, y in zip(calls_a, calls_b, strict=True):
                 if not isinstance(x, dict) or not isinstance(y, dict):
                     continue
                 ids.pair(x.get("id"), y.get("id"))
                 fx, fy = x.get("function"), y.get("function")
-                if isinstance(fx, dict) and isinstance(fy, dict) \
-                        and isinstance(fx.get("arguments"), str) \
-                        and isinstance(fy.get("arguments"), str):
+                if (
+                    isinstance(fx, dict)
+                    and isinstance(fy, dict)
+                    and isinstance(fx.get("arguments"), str)
+                    and isinstance(fy.get("arguments"), str)
+                ):
                     ids.pair_text(fx["arguments"], fy["arguments"])
         texts_a, texts_b = _texts(a.get("content")), _texts(b.get("content"))
         if len(texts_a) == len(texts_b):
@@ -227,8 +239,14 @@ def _rewrite_frame(frame: str, rewrite: Callable[[JSON], JSON]) -> str:
     return "\n".join(lines) if changed else frame
 
 
-def adapt(exchange: Exchange, live: JSON, *, workspace: str | None, remap: bool,
-          assemble: Callable[[Sequence[str]], JSON]) -> tuple[Exchange, dict[str, str]]:
+def adapt(
+    exchange: Exchange,
+    live: JSON,
+    *,
+    workspace: str | None,
+    remap: bool,
+    assemble: Callable[[Sequence[str]], JSON],
+) -> tuple[Exchange, dict[str, str]]:
     """`exchange` as it must be served for the live request `live` (its keyed body): the
     workspace substituted, and, with `remap`, the ids learnt from aligning its recorded
     request with `live` remapped. Returns the exchange (itself when nothing changes)

@@ -36,8 +36,15 @@ from chaosllm.model import JSON
 
 __all__ = ["CHECKS", "Finding", "has_system_prompt", "validate_conversation"]
 
-CHECKS = ("orphan_tool_call", "orphan_tool_result", "null_tool_content", "role_order",
-          "doubled_user_message", "missing_system_prompt", "top_level_cache_control")
+CHECKS = (
+    "orphan_tool_call",
+    "orphan_tool_result",
+    "null_tool_content",
+    "role_order",
+    "doubled_user_message",
+    "missing_system_prompt",
+    "top_level_cache_control",
+)
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -56,8 +63,14 @@ class Finding:
     """The parameter the provider's 400 would name."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"oracle": self.oracle, "check": self.check, "severity": self.severity,
-                "message": self.message, "index": self.index, "param": self.param}
+        return {
+            "oracle": self.oracle,
+            "check": self.check,
+            "severity": self.severity,
+            "message": self.message,
+            "index": self.index,
+            "param": self.param,
+        }
 
 
 def _text(content: JSON) -> str | None:
@@ -85,10 +98,14 @@ def validate_conversation(body: JSON, *, expects_system: bool = False) -> list[F
         return []
     findings: list[Finding] = []
     if "cache_control" in body:
-        findings.append(Finding(
-            "top_level_cache_control",
-            "Unrecognized request argument supplied: cache_control (cache_control belongs on "
-            "content blocks, not on the request).", param="cache_control"))
+        findings.append(
+            Finding(
+                "top_level_cache_control",
+                "Unrecognized request argument supplied: cache_control (cache_control belongs on "
+                "content blocks, not on the request).",
+                param="cache_control",
+            )
+        )
 
     pending: dict[str, int] = {}  # tool-call ids awaiting their result -> assistant index
     in_block = False  # right after an assistant message with tool calls (and its results)
@@ -100,19 +117,30 @@ def validate_conversation(body: JSON, *, expects_system: bool = False) -> list[F
         role = message.get("role")
         if role == "tool":
             if message.get("content") is None:
-                findings.append(Finding(
-                    "null_tool_content",
-                    "Invalid value for 'content': expected a string, got null.",
-                    index=i, param=f"messages.[{i}].content"))
+                findings.append(
+                    Finding(
+                        "null_tool_content",
+                        "Invalid value for 'content': expected a string, got null.",
+                        index=i,
+                        param=f"messages.[{i}].content",
+                    )
+                )
             call_id = message.get("tool_call_id")
             if not in_block or call_id not in pending:
-                findings.append(Finding(
-                    "orphan_tool_result",
-                    "Invalid parameter: messages with role 'tool' must be a response to a "
-                    "preceeding message with 'tool_calls'."
-                    + (f" (tool_call_id {call_id!r} answers no pending tool call)"
-                       if in_block else ""),
-                    index=i, param=f"messages.[{i}].role"))
+                findings.append(
+                    Finding(
+                        "orphan_tool_result",
+                        "Invalid parameter: messages with role 'tool' must be a response to a "
+                        "preceeding message with 'tool_calls'."
+                        + (
+                            f" (tool_call_id {call_id!r} answers no pending tool call)"
+                            if in_block
+                            else ""
+                        ),
+                        index=i,
+                        param=f"messages.[{i}].role",
+                    )
+                )
             else:
                 del pending[call_id]
             previous = message
@@ -126,26 +154,43 @@ def validate_conversation(body: JSON, *, expects_system: bool = False) -> list[F
             previous = message
             continue
         if not started and role != "user":
-            findings.append(Finding(
-                "role_order",
-                f"Invalid role order: the conversation must start with a 'user' message "
-                f"(after system/developer messages), but messages[{i}] has role {role!r}.",
-                index=i, param=f"messages.[{i}].role"))
+            findings.append(
+                Finding(
+                    "role_order",
+                    f"Invalid role order: the conversation must start with a 'user' message "
+                    f"(after system/developer messages), but messages[{i}] has role {role!r}.",
+                    index=i,
+                    param=f"messages.[{i}].role",
+                )
+            )
         started = True
-        if previous is not None and role == "assistant" and not orphaned \
-                and previous.get("role") == "assistant":
-            findings.append(Finding(
-                "role_order",
-                f"Invalid role order: messages[{i}] is an 'assistant' message right after "
-                f"another 'assistant' message, with no user or tool message between.",
-                index=i, param=f"messages.[{i}].role"))
+        if (
+            previous is not None
+            and role == "assistant"
+            and not orphaned
+            and previous.get("role") == "assistant"
+        ):
+            findings.append(
+                Finding(
+                    "role_order",
+                    f"Invalid role order: messages[{i}] is an 'assistant' message right after "
+                    f"another 'assistant' message, with no user or tool message between.",
+                    index=i,
+                    param=f"messages.[{i}].role",
+                )
+            )
         if previous is not None and role == "user" and previous.get("role") == "user":
             text = _text(message.get("content"))
             if text is not None and text == _text(previous.get("content")):
-                findings.append(Finding(
-                    "doubled_user_message",
-                    f"messages[{i}] repeats the user message right before it: the same user "
-                    f"message was sent twice.", index=i, param=f"messages.[{i}].content"))
+                findings.append(
+                    Finding(
+                        "doubled_user_message",
+                        f"messages[{i}] repeats the user message right before it: the same user "
+                        f"message was sent twice.",
+                        index=i,
+                        param=f"messages.[{i}].content",
+                    )
+                )
         if role == "assistant":
             ids = _call_ids(message)
             if ids:
@@ -155,10 +200,14 @@ def validate_conversation(body: JSON, *, expects_system: bool = False) -> list[F
     if pending:
         findings.append(_orphan_calls(pending))
     if expects_system and not has_system_prompt(body):
-        findings.append(Finding(
-            "missing_system_prompt",
-            "The request has no system prompt, but the recording answering it was made "
-            "with one: the harness lost its system prompt.", param="messages"))
+        findings.append(
+            Finding(
+                "missing_system_prompt",
+                "The request has no system prompt, but the recording answering it was made "
+                "with one: the harness lost its system prompt.",
+                param="messages",
+            )
+        )
     return findings
 
 
@@ -166,7 +215,8 @@ def has_system_prompt(body: JSON) -> bool:
     """Whether a request's conversation has a system (or developer) message."""
     messages = body.get("messages") if isinstance(body, dict) else None
     return isinstance(messages, list) and any(
-        isinstance(m, dict) and m.get("role") in SYSTEM_ROLES for m in messages)
+        isinstance(m, dict) and m.get("role") in SYSTEM_ROLES for m in messages
+    )
 
 
 def _orphan_calls(pending: dict[str, int]) -> Finding:
@@ -175,4 +225,7 @@ def _orphan_calls(pending: dict[str, int]) -> Finding:
         "orphan_tool_call",
         "An assistant message with 'tool_calls' must be followed by tool messages responding "
         "to each 'tool_call_id'. The following tool_call_ids did not have response "
-        "messages: " + ", ".join(pending), index=index, param=f"messages.[{index}].role")
+        "messages: " + ", ".join(pending),
+        index=index,
+        param=f"messages.[{index}].role",
+    )

@@ -16,13 +16,20 @@ __all__ = ["BAD_JSON", "SESSION_HEADER", "chaos_state", "json_body", "openai_err
 
 SESSION_HEADER = "x-chaosllm-session"
 
-BAD_JSON = ("We could not parse the JSON body of your request. (HINT: This likely means you "
-            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-            "but what was sent was not valid JSON.)")
+BAD_JSON = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you "
+    "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+    "but what was sent was not valid JSON.)"
+)
 
 
-def openai_error(status: int, message: str, type_: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> JSONResponse:
+def openai_error(
+    status: int,
+    message: str,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+) -> JSONResponse:
     return JSONResponse(error_body(message, type_, code, param), status_code=status)
 
 

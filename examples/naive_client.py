@@ -1,6 +1,6 @@
 """A naive client: the official `openai` SDK with its defaults, nothing more.
 
-    OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=test python examples/naive_client.py
+OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=test python examples/naive_client.py
 """
 
 from __future__ import annotations

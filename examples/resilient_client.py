@@ -70,16 +70,24 @@ def _check_message(message: dict[str, Any]) -> dict[str, Any]:
         try:
             json.loads(call["function"]["arguments"])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise IncompleteAnswer(f"tool call {call.get('id')} has arguments that are not "
-                                   f"JSON: {exc}") from None
+            raise IncompleteAnswer(
+                f"tool call {call.get('id')} has arguments that are not JSON: {exc}"
+            ) from None
     return message
 
 
 class ResilientClient:
-    def __init__(self, client: openai.OpenAI | None = None, *, max_attempts: int = 4,
-                 attempt_timeout: float = 5.0, total_timeout: float = 30.0,
-                 backoff: float = 0.05, max_backoff: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        client: openai.OpenAI | None = None,
+        *,
+        max_attempts: int = 4,
+        attempt_timeout: float = 5.0,
+        total_timeout: float = 30.0,
+        backoff: float = 0.05,
+        max_backoff: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.client = client or openai.OpenAI()
@@ -103,30 +111,42 @@ class ResilientClient:
     # -- one attempt -------------------------------------------------------------
 
     def _chat_once(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        raw = self.client.with_options(max_retries=0, timeout=timeout) \
-            .chat.completions.with_raw_response.create(**request)
+        raw = self.client.with_options(
+            max_retries=0, timeout=timeout
+        ).chat.completions.with_raw_response.create(**request)
         body = json.loads(raw.http_response.content)
         if not isinstance(body, dict) or "error" in body or not body.get("choices"):
-            raise IncompleteAnswer(f"a {raw.http_response.status_code} whose body is not an "
-                                   f"answer: {str(body)[:200]}")
+            raise IncompleteAnswer(
+                f"a {raw.http_response.status_code} whose body is not an answer: {str(body)[:200]}"
+            )
         message = body["choices"][0].get("message") or {}
         if body["choices"][0].get("finish_reason") is None:
             raise IncompleteAnswer("an answer without a finish reason")
-        result = {k: message[k] for k in ("content", "tool_calls", "refusal")
-                  if message.get(k) is not None}
+        result = {
+            k: message[k]
+            for k in ("content", "tool_calls", "refusal")
+            if message.get(k) is not None
+        }
         if "tool_calls" in result:
             result["tool_calls"] = [
-                {"id": c["id"], "type": c.get("type", "function"),
-                 "function": {"name": c["function"]["name"],
-                              "arguments": c["function"]["arguments"]}}
-                for c in result["tool_calls"]]
+                {
+                    "id": c["id"],
+                    "type": c.get("type", "function"),
+                    "function": {
+                        "name": c["function"]["name"],
+                        "arguments": c["function"]["arguments"],
+                    },
+                }
+                for c in result["tool_calls"]
+            ]
         return _check_message(result)
 
     def _stream_once(self, request: dict[str, Any], timeout: float) -> str:
         text: list[str] = []
         finish = None
-        stream = self.client.with_options(max_retries=0, timeout=timeout) \
-            .chat.completions.create(**request, stream=True)
+        stream = self.client.with_options(max_retries=0, timeout=timeout).chat.completions.create(
+            **request, stream=True
+        )
         with stream:
             for chunk in stream:
                 for choice in chunk.choices:
@@ -177,8 +197,9 @@ def main() -> None:
 
     from agent_flow import run
 
-    client = ResilientClient(openai.OpenAI(max_retries=0), max_attempts=4,
-                             attempt_timeout=2.0, total_timeout=20.0)
+    client = ResilientClient(
+        openai.OpenAI(max_retries=0), max_attempts=4, attempt_timeout=2.0, total_timeout=20.0
+    )
     try:
         run(client.chat, client.stream_text)
     except RetryBudgetExceeded as exc:

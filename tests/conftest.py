@@ -35,9 +35,11 @@ def recording(name: str) -> dict[str, Any]:
 
 def all_recordings(provider: str = "openai.chat") -> list[str]:
     """The shipped recordings of one provider (``<scenario>/<NNNN>``)."""
-    return sorted(p.relative_to(RECORDINGS).with_suffix("").as_posix()
-                  for p in RECORDINGS.glob("*/*.json")
-                  if json.loads(p.read_text("utf-8")).get("provider", "openai.chat") == provider)
+    return sorted(
+        p.relative_to(RECORDINGS).with_suffix("").as_posix()
+        for p in RECORDINGS.glob("*/*.json")
+        if json.loads(p.read_text("utf-8")).get("provider", "openai.chat") == provider
+    )
 
 
 def request_body(name: str, *, stream: bool) -> dict[str, Any]:
@@ -55,18 +57,25 @@ CLI = [sys.executable, "-m", "chaosllm"]
 
 
 @contextmanager
-def serving(*args: str, env: dict[str, str] | None = None
-            ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def serving(
+    *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """`chaosllm serve --port 0 ARGS` as a subprocess: its URL and process; stopped with
     SIGTERM (then SIGKILL) on exit."""
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # flushed at once; bounded by the test timeout
         assert line.startswith("chaosllm listening on http://127.0.0.1:"), (
-            line, proc.stderr.read() if proc.stderr and proc.poll() is not None else "")
+            line,
+            proc.stderr.read() if proc.stderr and proc.poll() is not None else "",
+        )
         yield line.split()[-1], proc
     finally:
         if proc.poll() is None:

@@ -29,58 +29,97 @@ from tests.conftest import all_recordings, recording
 
 P = AnthropicMessages()
 NAMES = all_recordings("anthropic.messages")
-BASE = {"model": "claude-sonnet-4-6", "max_tokens": 64,
-        "messages": [{"role": "user", "content": "Hi"}]}
+BASE = {
+    "model": "claude-sonnet-4-6",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "Hi"}],
+}
 
 
 def events(plan: ResponsePlan) -> list[tuple[str | None, dict[str, Any]]]:
-    return [(name, json.loads(data))
-            for name, data in iter_events([p.data.decode() for p in plan.pieces])]
+    return [
+        (name, json.loads(data))
+        for name, data in iter_events([p.data.decode() for p in plan.pieces])
+    ]
 
 
 def exchange(answer: JSON, *, request: JSON = BASE) -> Exchange:
-    return Exchange(provider=P.name, request=RecordedRequest("POST", "/v1/messages", request),
-                    response=RecordedResponse(200, answer), digest=P.digest(request),
-                    name="t/0001", scenario="t")
+    return Exchange(
+        provider=P.name,
+        request=RecordedRequest("POST", "/v1/messages", request),
+        response=RecordedResponse(200, answer),
+        digest=P.digest(request),
+        name="t/0001",
+        scenario="t",
+    )
 
 
 def test_registered() -> None:
     assert PROVIDERS["anthropic.messages"] is provider_for_path("/v1/messages")
-    assert NAMES == ["anthropic-stream/0001", "anthropic-text/0001", "anthropic-thinking/0001",
-                     "anthropic-tools/0001", "anthropic-tools/0002"]
+    assert NAMES == [
+        "anthropic-stream/0001",
+        "anthropic-text/0001",
+        "anthropic-thinking/0001",
+        "anthropic-tools/0001",
+        "anthropic-tools/0002",
+    ]
 
 
 def test_digest_ignores_sampling_and_transport() -> None:
     digest = P.digest(BASE)
-    assert P.digest({**BASE, "max_tokens": 9, "temperature": 0.2, "stream": True,
-                     "metadata": {"user_id": "u"}}) == digest
+    assert (
+        P.digest(
+            {
+                **BASE,
+                "max_tokens": 9,
+                "temperature": 0.2,
+                "stream": True,
+                "metadata": {"user_id": "u"},
+            }
+        )
+        == digest
+    )
     assert P.digest({**BASE, "system": "Be brief."}) != digest
     assert P.digest({**BASE, "model": "claude-other"}) != digest
     assert P.digest({**BASE, "tools": [{"name": "f", "input_schema": {}}]}) != digest
     assert P.digest({**BASE, "tool_choice": {"type": "any"}}) != digest
-    cached = {**BASE, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]}]}
+    cached = {
+        **BASE,
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}],
+            }
+        ],
+    }
     plain = {**BASE, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]}
     assert P.digest(cached) == P.digest(plain)
     assert P.turn_text(BASE) == '{"content":"Hi","role":"user"}'
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ([], "Input should be an object"),
-    ({"max_tokens": 1, "messages": []}, "model: Field required"),
-    ({"model": "m", "messages": []}, "max_tokens: Field required"),
-    ({"model": "m", "max_tokens": 1}, "messages: Field required"),
-    ({**BASE, "max_tokens": "1"}, "max_tokens: Input should be a valid integer"),
-    ({**BASE, "messages": {}}, "messages: Input should be a valid list"),
-    ({**BASE, "messages": [{"role": "system", "content": "x"}]},
-     "messages.0.role: Input should be 'user' or 'assistant'"),
-    ({**BASE, "messages": [{"role": "user"}]}, "messages.0.content: Field required"),
-    ({**BASE, "messages": [{"role": "user", "content": 3}]}, "messages.0.content"),
-    ({**BASE, "messages": [{"role": "user", "content": [{"text": "x"}]}]},
-     "messages.0.content.0.type: Field required"),
-    ({**BASE, "system": 5}, "system: Input should be a valid string or a valid list"),
-    ({**BASE, "stream": "yes"}, "stream: Input should be a valid boolean"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "Input should be an object"),
+        ({"max_tokens": 1, "messages": []}, "model: Field required"),
+        ({"model": "m", "messages": []}, "max_tokens: Field required"),
+        ({"model": "m", "max_tokens": 1}, "messages: Field required"),
+        ({**BASE, "max_tokens": "1"}, "max_tokens: Input should be a valid integer"),
+        ({**BASE, "messages": {}}, "messages: Input should be a valid list"),
+        (
+            {**BASE, "messages": [{"role": "system", "content": "x"}]},
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
+        ({**BASE, "messages": [{"role": "user"}]}, "messages.0.content: Field required"),
+        ({**BASE, "messages": [{"role": "user", "content": 3}]}, "messages.0.content"),
+        (
+            {**BASE, "messages": [{"role": "user", "content": [{"text": "x"}]}]},
+            "messages.0.content.0.type: Field required",
+        ),
+        ({**BASE, "system": 5}, "system: Input should be a valid string or a valid list"),
+        ({**BASE, "stream": "yes"}, "stream: Input should be a valid boolean"),
+    ],
+)
 def test_validation(body: JSON, message: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         P.validate(body)
@@ -95,17 +134,31 @@ def test_valid_bodies() -> None:
 
 def test_error_envelope() -> None:
     plan = P.render_error(400, "bad", kind=ErrorKind.INVALID_REQUEST)
-    assert json.loads(plan.body()) == {"type": "error", "error": {
-        "type": "invalid_request_error", "message": "bad"}}
-    assert json.loads(P.render_error(404, "x", kind=ErrorKind.NO_MATCH).body())["error"][
-        "type"] == "not_found_error"
-    expected = {400: "invalid_request_error", 401: "authentication_error",
-                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                429: "rate_limit_error", 500: "api_error", 529: "overloaded_error",
-                502: "api_error", 418: "invalid_request_error"}
+    assert json.loads(plan.body()) == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "bad"},
+    }
+    assert (
+        json.loads(P.render_error(404, "x", kind=ErrorKind.NO_MATCH).body())["error"]["type"]
+        == "not_found_error"
+    )
+    expected = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        500: "api_error",
+        529: "overloaded_error",
+        502: "api_error",
+        418: "invalid_request_error",
+    }
     for status, type_ in expected.items():
-        assert P.error_answer("m", status=status) == {"type": "error", "error": {
-            "type": type_, "message": "m"}}
+        assert P.error_answer("m", status=status) == {
+            "type": "error",
+            "error": {"type": type_, "message": "m"},
+        }
 
 
 def test_stream_event_sequence() -> None:
@@ -122,8 +175,10 @@ def test_stream_event_sequence() -> None:
     assert events(plan)[0][1]["message"]["content"] == []
     deltas = [e["delta"] for _, e in events(plan) if e["type"] == "content_block_delta"]
     assert {d["type"] for d in deltas} == {"text_delta", "input_json_delta"}
-    assert json.loads("".join(d["partial_json"] for d in deltas
-                              if d["type"] == "input_json_delta")) == body["content"][1]["input"]
+    assert (
+        json.loads("".join(d["partial_json"] for d in deltas if d["type"] == "input_json_delta"))
+        == body["content"][1]["input"]
+    )
     assert P.assemble([p.data.decode() for p in plan.pieces]) == body
 
 
@@ -147,25 +202,45 @@ def test_recordings_round_trip(name: str) -> None:
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 _BLOCK = st.one_of(
     st.builds(lambda t: {"type": "text", "text": t}, _TEXT),
-    st.builds(lambda i, n, a: {"type": "tool_use", "id": "toolu_" + i, "name": n, "input": a},
-              st.text("abc123", min_size=1, max_size=8), st.sampled_from(["f", "get_weather"]),
-              st.dictionaries(st.text(max_size=5), st.one_of(
-                  st.integers(), _TEXT, st.booleans(), st.none(),
-                  st.lists(st.integers(), max_size=3)), max_size=4)),
-    st.builds(lambda t, s: {"type": "thinking", "thinking": t, "signature": s},
-              _TEXT, st.text("abcXYZ09+/=", max_size=20)),
+    st.builds(
+        lambda i, n, a: {"type": "tool_use", "id": "toolu_" + i, "name": n, "input": a},
+        st.text("abc123", min_size=1, max_size=8),
+        st.sampled_from(["f", "get_weather"]),
+        st.dictionaries(
+            st.text(max_size=5),
+            st.one_of(
+                st.integers(), _TEXT, st.booleans(), st.none(), st.lists(st.integers(), max_size=3)
+            ),
+            max_size=4,
+        ),
+    ),
+    st.builds(
+        lambda t, s: {"type": "thinking", "thinking": t, "signature": s},
+        _TEXT,
+        st.text("abcXYZ09+/=", max_size=20),
+    ),
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(content=st.lists(_BLOCK, max_size=4),
-       stop=st.sampled_from(["end_turn", "tool_use", "max_tokens", "stop_sequence"]),
-       tokens=st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)))
-def test_render_assemble_round_trip(content: list[dict[str, Any]], stop: str,
-                                    tokens: tuple[int, int]) -> None:
-    body = {"id": "msg_x", "type": "message", "role": "assistant", "model": "m",
-            "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}}
+@given(
+    content=st.lists(_BLOCK, max_size=4),
+    stop=st.sampled_from(["end_turn", "tool_use", "max_tokens", "stop_sequence"]),
+    tokens=st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)),
+)
+def test_render_assemble_round_trip(
+    content: list[dict[str, Any]], stop: str, tokens: tuple[int, int]
+) -> None:
+    body = {
+        "id": "msg_x",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
+    }
     frames = P.stream_frames(body)
     assert P.stream_complete(frames) and not P.stream_complete(frames[:-1])
     assert P.assemble(frames) == body
@@ -177,10 +252,14 @@ def test_render_assemble_round_trip(content: list[dict[str, Any]], stop: str,
 
 def faulted(fault: dict[str, Any], name: str, *, stream: bool) -> ResponsePlan | None:
     data = recording(name)
-    ex = Exchange(provider=P.name,
-                  request=RecordedRequest("POST", "/v1/messages", data["request"]["body"]),
-                  response=RecordedResponse(200, data["response"]["body"]),
-                  digest="d", name=name, scenario="s")
+    ex = Exchange(
+        provider=P.name,
+        request=RecordedRequest("POST", "/v1/messages", data["request"]["body"]),
+        response=RecordedResponse(200, data["response"]["body"]),
+        digest="d",
+        name=name,
+        scenario="s",
+    )
     request = {**data["request"]["body"], "stream": stream}
     plan = P.render(ex, request, timing=0)
 
@@ -208,28 +287,31 @@ def test_http_errors(stream: bool) -> None:
 
 
 def test_error_in_200() -> None:
-    plan = faulted({"type": "error_in_200", "after_chunks": 3}, "anthropic-text/0001",
-                   stream=True)
+    plan = faulted({"type": "error_in_200", "after_chunks": 3}, "anthropic-text/0001", stream=True)
     assert plan is not None and plan.status == 200
     got = events(plan)
-    assert [e["type"] for _, e in got] == ["message_start", "content_block_start", "ping",
-                                           "error"]
-    assert got[-1] == ("error", {"type": "error", "error": {
-        "type": "api_error", "message": got[-1][1]["error"]["message"]}})
+    assert [e["type"] for _, e in got] == ["message_start", "content_block_start", "ping", "error"]
+    assert got[-1] == (
+        "error",
+        {
+            "type": "error",
+            "error": {"type": "api_error", "message": got[-1][1]["error"]["message"]},
+        },
+    )
     plan = faulted({"type": "error_in_200"}, "anthropic-text/0001", stream=False)
     assert plan is not None and json.loads(plan.body())["type"] == "error"
 
 
 def test_cuts_never_keep_finishing_frames() -> None:
     for kind in ("truncated_stream", "dropped_connection", "connection_reset", "stall"):
-        plan = faulted({"type": kind, "after_chunks": 999}, "anthropic-stream/0001",
-                       stream=True)
+        plan = faulted({"type": kind, "after_chunks": 999}, "anthropic-stream/0001", stream=True)
         assert plan is not None
         kinds = [e["type"] for _, e in events(plan)]
         assert "message_delta" not in kinds and "message_stop" not in kinds, kind
         assert not P.stream_complete([p.data.decode() for p in plan.pieces])
-    plan = faulted({"type": "dropped_connection", "after_chunks": 2}, "anthropic-stream/0001",
-                   stream=True)
+    plan = faulted(
+        {"type": "dropped_connection", "after_chunks": 2}, "anthropic-stream/0001", stream=True
+    )
     assert plan is not None and plan.frame_count == 2 and plan.ending is Ending.CLOSE
 
 
@@ -252,9 +334,11 @@ def test_malformed_tool_args() -> None:
     assert P.break_tool_arguments(recording("anthropic-text/0001")["response"]["body"]) is None
     plan = faulted({"type": "malformed_tool_args"}, "anthropic-tools/0001", stream=True)
     assert plan is not None
-    partial = "".join(e["delta"]["partial_json"] for _, e in events(plan)
-                      if e["type"] == "content_block_delta"
-                      and e["delta"]["type"] == "input_json_delta")
+    partial = "".join(
+        e["delta"]["partial_json"]
+        for _, e in events(plan)
+        if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta"
+    )
     with pytest.raises(json.JSONDecodeError):
         json.loads(partial)
     assert partial and '{"location": "San Francisco, CA", "unit": "celsius"}'.startswith(partial)

@@ -69,8 +69,11 @@ def test_recorded_frames_replay_verbatim(sdk: anthropic.Anthropic) -> None:
     events = sdk.messages.create(**request(name), stream=True)
     with events:
         got = [e.to_dict() for e in events]
-    recorded = [json.loads(data) for kind, data in iter_events([c["data"] for c in chunks])
-                if kind != "ping"]  # the SDK skips pings
+    recorded = [
+        json.loads(data)
+        for kind, data in iter_events([c["data"] for c in chunks])
+        if kind != "ping"
+    ]  # the SDK skips pings
     assert got == recorded
     assert any(kind == "ping" for kind, _ in iter_events([c["data"] for c in chunks]))
 
@@ -78,8 +81,9 @@ def test_recorded_frames_replay_verbatim(sdk: anthropic.Anthropic) -> None:
 def test_async_create_and_stream(shared_server: ChaosServer) -> None:
     async def main() -> None:
         with anyio.fail_after(20):
-            async with anthropic.AsyncAnthropic(base_url=shared_server.url, api_key="x",
-                                                max_retries=0, timeout=10) as c:
+            async with anthropic.AsyncAnthropic(
+                base_url=shared_server.url, api_key="x", max_retries=0, timeout=10
+            ) as c:
                 for name in NAMES:
                     assert await c.messages.create(**request(name)) == expected(name)
                     async with c.messages.stream(**request(name)) as stream:
@@ -92,15 +96,33 @@ def test_tool_use_loop(sdk: anthropic.Anthropic) -> None:
     first = sdk.messages.create(**request("anthropic-tools/0001"))
     assert first.stop_reason == "tool_use"
     call = next(b for b in first.content if b.type == "tool_use")
-    assert call.name == "get_weather" and call.input == {"location": "San Francisco, CA",
-                                                         "unit": "celsius"}
+    assert call.name == "get_weather" and call.input == {
+        "location": "San Francisco, CA",
+        "unit": "celsius",
+    }
     body = request("anthropic-tools/0001")
-    follow_up = sdk.messages.create(**{**body, "messages": [
-        *body["messages"],
-        {"role": "assistant", "content": [b.model_dump(exclude_none=True)
-                                          for b in first.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
-                                      "content": "15 degrees celsius, partly cloudy"}]}]})
+    follow_up = sdk.messages.create(
+        **{
+            **body,
+            "messages": [
+                *body["messages"],
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in first.content],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": call.id,
+                            "content": "15 degrees celsius, partly cloudy",
+                        }
+                    ],
+                },
+            ],
+        }
+    )
     assert follow_up == expected("anthropic-tools/0002")
 
 
@@ -113,11 +135,16 @@ def test_models_list_in_anthropic_shape(sdk: anthropic.Anthropic) -> None:
 
 def test_bad_request_is_anthropic_error(sdk: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as info:
-        sdk.messages.create(model="claude-sonnet-4-6", max_tokens=10, messages=[
-            {"role": "system", "content": "x"}])
-    assert info.value.body == {"type": "error", "error": {
-        "type": "invalid_request_error",
-        "message": "messages.0.role: Input should be 'user' or 'assistant'"}}
+        sdk.messages.create(
+            model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "system", "content": "x"}]
+        )
+    assert info.value.body == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "messages.0.role: Input should be 'user' or 'assistant'",
+        },
+    }
 
 
 # -- faults ------------------------------------------------------------------------------
@@ -127,13 +154,15 @@ def test_529_is_retried_and_recovers(server: ChaosServer) -> None:
     server.arm("http_error", status=529, retry_after=0.05)
     with client(server, max_retries=2) as c:
         assert c.messages.create(**request("anthropic-text/0001")) == expected(
-            "anthropic-text/0001")
+            "anthropic-text/0001"
+        )
     assert [r["status"] for r in server.requests()] == [529, 200]
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_529_without_retries_is_overloaded_error(sdk: anthropic.Anthropic, server: ChaosServer,
-                                                 stream: bool) -> None:
+def test_529_without_retries_is_overloaded_error(
+    sdk: anthropic.Anthropic, server: ChaosServer, stream: bool
+) -> None:
     server.arm("http_error", status=529)
     with pytest.raises(anthropic.OverloadedError) as info:
         if stream:
@@ -142,8 +171,10 @@ def test_529_without_retries_is_overloaded_error(sdk: anthropic.Anthropic, serve
         else:
             sdk.messages.create(**request("anthropic-text/0001"))
     assert info.value.status_code == 529
-    assert info.value.body == {"type": "error", "error": {
-        "type": "overloaded_error", "message": "chaosllm injected an HTTP 529 error."}}
+    assert info.value.body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "chaosllm injected an HTTP 529 error."},
+    }
 
 
 def test_429_retry_after_is_honoured(server: ChaosServer) -> None:
@@ -153,19 +184,27 @@ def test_429_retry_after_is_honoured(server: ChaosServer) -> None:
     assert [r["status"] for r in server.requests()] == [429, 200]
 
 
-def test_error_event_mid_stream_raises_api_status_error(sdk: anthropic.Anthropic,
-                                                        server: ChaosServer) -> None:
+def test_error_event_mid_stream_raises_api_status_error(
+    sdk: anthropic.Anthropic, server: ChaosServer
+) -> None:
     server.arm("error_in_200", after_chunks=4)
-    with pytest.raises(anthropic.APIStatusError) as info, \
-            sdk.messages.stream(**request("anthropic-stream/0001")) as stream:
+    with (
+        pytest.raises(anthropic.APIStatusError) as info,
+        sdk.messages.stream(**request("anthropic-stream/0001")) as stream,
+    ):
         stream.get_final_message()
-    assert info.value.body == {"type": "error", "error": {
-        "type": "api_error",
-        "message": "The server had an error while processing your request. Sorry about that!"}}
+    assert info.value.body == {
+        "type": "error",
+        "error": {
+            "type": "api_error",
+            "message": "The server had an error while processing your request. Sorry about that!",
+        },
+    }
 
 
-def test_error_envelope_in_200_json_is_returned_as_a_message(sdk: anthropic.Anthropic,
-                                                           server: ChaosServer) -> None:
+def test_error_envelope_in_200_json_is_returned_as_a_message(
+    sdk: anthropic.Anthropic, server: ChaosServer
+) -> None:
     server.arm("error_in_200")
     # Observed: the SDK builds a Message from the envelope without validating it: no
     # exception, type "error", content None (iterating it raises TypeError).
@@ -174,8 +213,9 @@ def test_error_envelope_in_200_json_is_returned_as_a_message(sdk: anthropic.Anth
     assert (message.model_extra or {})["error"]["type"] == "api_error"
 
 
-def test_truncated_stream_is_accepted_silently(sdk: anthropic.Anthropic,
-                                               server: ChaosServer) -> None:
+def test_truncated_stream_is_accepted_silently(
+    sdk: anthropic.Anthropic, server: ChaosServer
+) -> None:
     server.arm("truncated_stream", after_chunks=5)
     with sdk.messages.stream(**request("anthropic-stream/0001")) as stream:
         final = stream.get_final_message()
@@ -187,8 +227,7 @@ def test_truncated_stream_is_accepted_silently(sdk: anthropic.Anthropic,
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_malformed_tool_args(sdk: anthropic.Anthropic, server: ChaosServer,
-                             stream: bool) -> None:
+def test_malformed_tool_args(sdk: anthropic.Anthropic, server: ChaosServer, stream: bool) -> None:
     server.arm("malformed_tool_args")
     if stream:
         with sdk.messages.stream(**request("anthropic-tools/0001")) as s:
@@ -208,12 +247,15 @@ def test_socket_faults(sdk: anthropic.Anthropic, server: ChaosServer, kind: str)
         sdk.messages.create(**request("anthropic-text/0001"))
     server.arm(kind, after_chunks=3)
     # Observed: mid-stream, the SDK lets its HTTP library's error through unwrapped.
-    with pytest.raises(Exception) as info, \
-            sdk.messages.stream(**request("anthropic-stream/0001")) as s:
+    with (
+        pytest.raises(Exception) as info,
+        sdk.messages.stream(**request("anthropic-stream/0001")) as s,
+    ):
         s.get_final_message()
     assert not isinstance(info.value, anthropic.AnthropicError)
-    assert type(info.value).__name__ == ("RemoteProtocolError" if kind == "dropped_connection"
-                                         else "ReadError")
+    assert type(info.value).__name__ == (
+        "RemoteProtocolError" if kind == "dropped_connection" else "ReadError"
+    )
     assert sdk.messages.create(**request("anthropic-text/0001")).stop_reason == "end_turn"
 
 
@@ -221,12 +263,12 @@ def test_dropped_connection_json_is_retried(server: ChaosServer) -> None:
     server.arm("dropped_connection")
     with client(server, max_retries=1) as c:
         assert c.messages.create(**request("anthropic-text/0001")) == expected(
-            "anthropic-text/0001")
+            "anthropic-text/0001"
+        )
     assert len(server.requests()) == 2
 
 
-def test_empty_response_is_an_empty_message(sdk: anthropic.Anthropic,
-                                            server: ChaosServer) -> None:
+def test_empty_response_is_an_empty_message(sdk: anthropic.Anthropic, server: ChaosServer) -> None:
     server.arm("empty_response", remaining=2)
     assert sdk.messages.create(**request("anthropic-text/0001")).content == []
     with sdk.messages.stream(**request("anthropic-stream/0001")) as s:
@@ -238,9 +280,11 @@ def test_empty_response_is_an_empty_message(sdk: anthropic.Anthropic,
 
 def test_record_then_replay(tmp_path: Path) -> None:
     names = ["anthropic-text/0001", "anthropic-tools/0001", "anthropic-thinking/0001"]
-    with ChaosServer() as upstream, \
-            ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy, \
-            client(proxy) as c:
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
+        client(proxy) as c,
+    ):
         for name in names:
             assert c.messages.create(**request(name)) == expected(name)
         with c.messages.stream(**request("anthropic-stream/0001")) as s:
@@ -255,8 +299,9 @@ def test_record_then_replay(tmp_path: Path) -> None:
             assert same(s.get_final_message(), "anthropic-stream/0001")
 
 
-def test_truncated_json_body_raises_json_error(sdk: anthropic.Anthropic,
-                                               server: ChaosServer) -> None:
+def test_truncated_json_body_raises_json_error(
+    sdk: anthropic.Anthropic, server: ChaosServer
+) -> None:
     server.arm("truncated_stream")
     # Observed: a 200 whose body is cut short reaches the SDK's JSON parser unwrapped.
     with pytest.raises(json.JSONDecodeError):
@@ -269,17 +314,21 @@ def test_stall_times_out(server: ChaosServer) -> None:
         with pytest.raises(anthropic.APITimeoutError):
             c.messages.create(**request("anthropic-text/0001"))
         server.arm("stall", after_chunks=2, max_ms=3000)
-        with pytest.raises(Exception) as info, \
-                c.messages.stream(**request("anthropic-stream/0001")) as s:
+        with (
+            pytest.raises(Exception) as info,
+            c.messages.stream(**request("anthropic-stream/0001")) as s,
+        ):
             s.get_final_message()
         assert type(info.value).__name__ == "ReadTimeout"
         assert not isinstance(info.value, anthropic.AnthropicError)
 
 
 def test_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
-    with ChaosServer() as upstream, \
-            ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy, \
-            client(proxy) as c:
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
+        client(proxy) as c,
+    ):
         upstream.arm("truncated_stream", after_chunks=4)
         with c.messages.stream(**request("anthropic-stream/0001")) as s:
             assert s.get_final_message().stop_reason is None
@@ -289,4 +338,5 @@ def test_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
         [written] = tmp_path.rglob("*.json")
         chunks = json.loads(written.read_text())["response"]["chunks"]
         assert [ch["data"] for ch in chunks] == [
-            ch["data"] for ch in recording("anthropic-stream/0001")["response"]["chunks"]]
+            ch["data"] for ch in recording("anthropic-stream/0001")["response"]["chunks"]
+        ]

@@ -25,8 +25,10 @@ def anyio_backend() -> str:
 
 def make_client(**config: Any) -> httpx.AsyncClient:
     app = create_app(ServerConfig(**config))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 5000)),
-                             base_url="http://chaosllm")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 5000)),
+        base_url="http://chaosllm",
+    )
 
 
 @pytest.fixture
@@ -48,21 +50,20 @@ async def test_exact_match_serves_the_recording(client: httpx.AsyncClient) -> No
 
 
 async def test_alias_path_without_v1(client: httpx.AsyncClient) -> None:
-    r = await client.post("/chat/completions", json=request_body("simple-chat/0001",
-                                                                 stream=False))
+    r = await client.post("/chat/completions", json=request_body("simple-chat/0001", stream=False))
     assert r.status_code == 200
 
 
 async def test_stream_replay_of_recorded_frames_is_byte_identical(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     rec = recording("streaming-usage/0001")
     r = await client.post(CHAT, json=rec["request"]["body"])
     assert r.headers["content-type"].startswith("text/event-stream")
     assert r.content == "".join(c["data"] for c in rec["response"]["chunks"]).encode()
 
 
-async def test_miss_names_digest_and_nearest_with_differences(
-        client: httpx.AsyncClient) -> None:
+async def test_miss_names_digest_and_nearest_with_differences(client: httpx.AsyncClient) -> None:
     body = request_body("knowledge/0001", stream=False)
     body["messages"][-1]["content"] = "What is the capital of Peru?"
     r = await client.post(CHAT, json=body)
@@ -76,15 +77,15 @@ async def test_miss_names_digest_and_nearest_with_differences(
     assert "--mode record-missing" in message
 
 
-async def test_nearest_serves_a_request_that_differs_in_volatile_values(
-        tmp_path: Path) -> None:
+async def test_nearest_serves_a_request_that_differs_in_volatile_values(tmp_path: Path) -> None:
     rec = recording("tool-call/0002")
     (tmp_path / "s").mkdir()
     rec["request"]["body"]["messages"][1]["content"] += " I am in /home/alice/project."
     (tmp_path / "s" / "0001.json").write_text(json.dumps(rec))
     body = json.loads(json.dumps(rec["request"]["body"]))
     body["messages"][1]["content"] = body["messages"][1]["content"].replace(
-        "/home/alice/project", "/Users/bob/work/tmp")
+        "/home/alice/project", "/Users/bob/work/tmp"
+    )
     async with make_client(recordings=[tmp_path]) as c:
         r = await c.post(CHAT, json=body)
     assert r.status_code == 200 and r.headers["x-chaosllm-match"] == "nearest"
@@ -96,8 +97,9 @@ async def test_fallback_on_miss_is_deterministic_and_journaled() -> None:
         body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "unheard of"}]}
         first = (await c.post(CHAT, json=body)).json()
         second = (await c.post(CHAT, json=body)).json()
-        assert first == second and "[chaosllm fallback]" in first["choices"][0]["message"][
-            "content"]
+        assert (
+            first == second and "[chaosllm fallback]" in first["choices"][0]["message"]["content"]
+        )
         journal = (await c.get("/__requests")).json()["requests"]
         assert [e["match"] for e in journal] == ["fallback", "fallback"]
         assert all(e["miss"] for e in journal)
@@ -111,8 +113,11 @@ async def test_sequence_matching_per_session(client: httpx.AsyncClient) -> None:
     for _ in range(3):
         r = await client.post(CHAT, json=anything, headers={"x-chaosllm-session": "a"})
         names.append((r.headers["x-chaosllm-recording"], r.headers["x-chaosllm-match"]))
-    assert names == [("multi-turn/0001", "sequence"), ("multi-turn/0002", "sequence"),
-                     ("multi-turn/0003", "sequence")]
+    assert names == [
+        ("multi-turn/0001", "sequence"),
+        ("multi-turn/0002", "sequence"),
+        ("multi-turn/0003", "sequence"),
+    ]
     r = await client.post(CHAT, json=anything, headers={"x-chaosllm-session": "b"})
     assert r.status_code == 404  # session b has no scenario
     r = await client.post(CHAT, json=anything, headers={"x-chaosllm-session": "a"})
@@ -130,16 +135,23 @@ async def test_unknown_scenario(client: httpx.AsyncClient) -> None:
     assert r.status_code == 400
 
 
-@pytest.mark.parametrize(("content", "param", "fragment"), [
-    (b"{not json", None, "could not parse the JSON body"),
-    (b'{"model": "gpt-4o-mini"}', "messages", "Missing required parameter: 'messages'"),
-    (b'{"model": "gpt-4o-mini", "messages": "hi"}', "messages", "expected an array"),
-    (b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": 1}]}',
-     "messages[0].content", "expected one of a string or array"),
-    (b"[]", "body", "JSON object"),
-])
-async def test_bad_requests_get_the_openai_envelope(client: httpx.AsyncClient, content: bytes,
-                                                    param: str | None, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "param", "fragment"),
+    [
+        (b"{not json", None, "could not parse the JSON body"),
+        (b'{"model": "gpt-4o-mini"}', "messages", "Missing required parameter: 'messages'"),
+        (b'{"model": "gpt-4o-mini", "messages": "hi"}', "messages", "expected an array"),
+        (
+            b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": 1}]}',
+            "messages[0].content",
+            "expected one of a string or array",
+        ),
+        (b"[]", "body", "JSON object"),
+    ],
+)
+async def test_bad_requests_get_the_openai_envelope(
+    client: httpx.AsyncClient, content: bytes, param: str | None, fragment: str
+) -> None:
     r = await client.post(CHAT, content=content, headers={"content-type": "application/json"})
     assert r.status_code == 400
     error = r.json()["error"]
@@ -169,8 +181,10 @@ async def test_models_health_recordings_reload(client: httpx.AsyncClient) -> Non
 
 
 async def test_embeddings_route(client: httpx.AsyncClient) -> None:
-    r = await client.post("/v1/embeddings", json={"model": "text-embedding-3-small",
-                                                  "input": ["a", "b"], "dimensions": 8})
+    r = await client.post(
+        "/v1/embeddings",
+        json={"model": "text-embedding-3-small", "input": ["a", "b"], "dimensions": 8},
+    )
     data = r.json()["data"]
     assert [len(d["embedding"]) for d in data] == [8, 8] and data[0] != data[1]
     r = await client.post("/embeddings", json={"model": "m"})
@@ -207,7 +221,8 @@ async def test_control_plane_refuses_remote_clients_without_token() -> None:
 
 
 async def test_nearest_never_serves_a_different_question_behind_a_long_prompt(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     rec = recording("knowledge/0001")
     long_prompt = " ".join(f"Rule {i}: answer precisely and cite nothing." for i in range(40))
     rec["request"]["body"]["messages"][0]["content"] = long_prompt

@@ -55,25 +55,36 @@ def test_requests_journal_and_reset() -> None:
 def test_profile_argument_and_invalid_mode() -> None:
     with ChaosServer(profile="outage-recovers") as server:
         assert [f["type"] for f in server.faults()["armed"]] == [
-            "http_503", "http_error", "empty_reply"]
+            "http_503",
+            "http_error",
+            "empty_reply",
+        ]
     with pytest.raises(ServerError, match="needs --upstream URL"):
         ChaosServer(mode="record")
 
 
 def test_uvicorn_server_replays_and_degrades_socket_faults(
-        caplog: pytest.LogCaptureFixture) -> None:
-    with ChaosServer(server="uvicorn") as server, \
-            openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0,
-                          timeout=5) as client:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        ChaosServer(server="uvicorn") as server,
+        openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=5) as client,
+    ):
         completion = client.chat.completions.create(
-            **request_body("simple-chat/0001", stream=False))
-        assert completion.model_dump(exclude_unset=True)["id"] == \
-            recording("simple-chat/0001")["response"]["body"]["id"]
+            **request_body("simple-chat/0001", stream=False)
+        )
+        assert (
+            completion.model_dump(exclude_unset=True)["id"]
+            == recording("simple-chat/0001")["response"]["body"]["id"]
+        )
         server.arm("connection_reset", after_chunks=2)
-        with caplog.at_level(logging.WARNING, logger="chaosllm.wire"), \
-                pytest.raises(openai.APIConnectionError), \
-                client.chat.completions.create(**request_body("long-answer/0001",
-                                                              stream=True)) as stream:
+        with (
+            caplog.at_level(logging.WARNING, logger="chaosllm.wire"),
+            pytest.raises(openai.APIConnectionError),
+            client.chat.completions.create(
+                **request_body("long-answer/0001", stream=True)
+            ) as stream,
+        ):
             list(stream)
         entry = server.requests()[-1]
         assert entry["fault"]["type"] == "connection_reset"

@@ -18,18 +18,18 @@ from tests.conftest import CLI, recording, request_body, serving
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=30,
-                          env={**os.environ, **(env or {})})
-
-
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=30, env={**os.environ, **(env or {})}
+    )
 
 
 def test_serve_prints_its_url_serves_and_stops_on_sigterm() -> None:
     with serving() as (url, proc):
         with httpx.Client(timeout=10) as client:
             assert client.get(url + "/health").json()["status"] == "ok"
-            r = client.post(url + "/v1/chat/completions",
-                            json=request_body("simple-chat/0001", stream=False))
+            r = client.post(
+                url + "/v1/chat/completions", json=request_body("simple-chat/0001", stream=False)
+            )
             assert r.json() == recording("simple-chat/0001")["response"]["body"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
@@ -37,8 +37,9 @@ def test_serve_prints_its_url_serves_and_stops_on_sigterm() -> None:
 
 def test_serve_with_uvicorn() -> None:
     with serving("--server", "uvicorn") as (url, _), httpx.Client(timeout=10) as client:
-        r = client.post(url + "/v1/chat/completions",
-                        json=request_body("simple-chat/0001", stream=False))
+        r = client.post(
+            url + "/v1/chat/completions", json=request_body("simple-chat/0001", stream=False)
+        )
         assert r.status_code == 200
 
 
@@ -46,8 +47,7 @@ def test_serve_reports_a_corrupt_recording_and_serves_the_rest(tmp_path: Path) -
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "0001.json").write_text('{"chaosllm": 1, "request": 3}')
     (tmp_path / "s" / "0002.json").write_text(json.dumps(recording("simple-chat/0001")))
-    with serving("--recordings", str(tmp_path)) as (url, proc), \
-            httpx.Client(timeout=10) as client:
+    with serving("--recordings", str(tmp_path)) as (url, proc), httpx.Client(timeout=10) as client:
         assert client.get(url + "/health").json()["recordings"] == 1
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
@@ -57,23 +57,25 @@ def test_serve_reports_a_corrupt_recording_and_serves_the_rest(tmp_path: Path) -
 
 
 def test_serve_with_profile_arms_it(tmp_path: Path) -> None:
-    with serving("--profile", "rate-limit-burst") as (url, _), \
-            httpx.Client(timeout=10) as client:
+    with serving("--profile", "rate-limit-burst") as (url, _), httpx.Client(timeout=10) as client:
         armed = client.get(url + "/__fault").json()["armed"]
         assert [(f["type"], f["remaining"]) for f in armed] == [("http_429", 3)]
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (["--recordings", "/nonexistent/dir"], "does not exist"),
-    (["--mode", "record"], "needs --upstream URL"),
-    (["--mode", "bogus"], "invalid choice 'bogus'"),
-    (["--timing", "slowly"], "invalid timing"),
-    (["--match", "exact,psychic"], "unknown matcher 'psychic'"),
-    (["--port", "70000"], "outside 0-65535"),
-    (["--journal-size", "0"], "--journal-size must be at least 1"),
-    (["--profile", "no-such-profile"], "unknown profile"),
-    (["--profile", "../../etc/passwd"], "bad profile name"),
-])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--recordings", "/nonexistent/dir"], "does not exist"),
+        (["--mode", "record"], "needs --upstream URL"),
+        (["--mode", "bogus"], "invalid choice 'bogus'"),
+        (["--timing", "slowly"], "invalid timing"),
+        (["--match", "exact,psychic"], "unknown matcher 'psychic'"),
+        (["--port", "70000"], "outside 0-65535"),
+        (["--journal-size", "0"], "--journal-size must be at least 1"),
+        (["--profile", "no-such-profile"], "unknown profile"),
+        (["--profile", "../../etc/passwd"], "bad profile name"),
+    ],
+)
 def test_serve_refuses_bad_flags(args: list[str], fragment: str) -> None:
     result = run("serve", "--port", "0", *args)
     assert result.returncode != 0
@@ -101,8 +103,18 @@ def test_ls_lists_recordings_and_fails_on_corrupt_files(tmp_path: Path) -> None:
 def test_fault_commands_against_a_running_server() -> None:
     with ChaosServer() as server:
         env = {"CHAOSLLM_URL": server.url}
-        result = run("fault", "arm", "http_429", "--retry-after", "2", "--remaining", "2",
-                     "--session", "s1", env=env)
+        result = run(
+            "fault",
+            "arm",
+            "http_429",
+            "--retry-after",
+            "2",
+            "--remaining",
+            "2",
+            "--session",
+            "s1",
+            env=env,
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["ids"] == ["flt_1"]
         assert server.faults()["armed"][0]["match"] == {"session": "s1"}
@@ -130,8 +142,11 @@ def test_fault_command_with_no_server() -> None:
 def test_start_up_does_not_import_what_replay_never_needs() -> None:
     """Start-up time is a target (<= 1 s with 10k recordings): the HTTP client, YAML and
     JSON Schema are imported only by the features that use them."""
-    code = ("import sys, chaosllm.cli; "
-            "print(sorted(m for m in ('httpx', 'yaml', 'jsonschema') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=30)
+    code = (
+        "import sys, chaosllm.cli; "
+        "print(sorted(m for m in ('httpx', 'yaml', 'jsonschema') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+    )
     assert result.stdout.strip() == "[]", result.stderr

@@ -57,8 +57,10 @@ def test_stale_digest(tmp_path: Path) -> None:
     rec["request"]["body"]["messages"][-1]["content"] += " (edited by hand)"
     write(tmp_path / "s" / "0001.json", rec)
     ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    write(tmp_path / "fixtures" / f"{request_digest(ask)}.json",
-          {"request_digest": "0" * 64, "response": {"content": "hello"}})
+    write(
+        tmp_path / "fixtures" / f"{request_digest(ask)}.json",
+        {"request_digest": "0" * 64, "response": {"content": "hello"}},
+    )
     found = {Path(p.path).parent.name: p for p in problems(tmp_path, "stale_digest")}
     assert sorted(found) == ["fixtures", "s"]
     assert all(p.severity == "error" for p in found.values())
@@ -75,8 +77,9 @@ def test_duplicate_and_ambiguous(tmp_path: Path) -> None:
     other["response"]["body"]["choices"][0]["message"]["content"] = "A different answer."
     write(tmp_path / "b" / "0001.json", other)
     duplicate = problems(tmp_path, "duplicate")
-    assert [Path(p.path).parent.name + "/" + Path(p.path).name for p in duplicate] == \
-        ["a/0002.json"]
+    assert [Path(p.path).parent.name + "/" + Path(p.path).name for p in duplicate] == [
+        "a/0002.json"
+    ]
     assert duplicate[0].severity == "warning"
     ambiguous = problems(tmp_path, "ambiguous")
     assert len(ambiguous) == 1 and "b/0001" in ambiguous[0].message
@@ -86,20 +89,43 @@ def test_orphan_tool_calls_in_recordings_and_traces(tmp_path: Path) -> None:
     rec = recording("tool-call/0002")
     messages = rec["request"]["body"]["messages"]
     assert messages[-1]["role"] == "tool"
-    rec["request"]["body"]["messages"] = messages[:-1] + [
-        {"role": "user", "content": "never mind"}]
+    rec["request"]["body"]["messages"] = messages[:-1] + [{"role": "user", "content": "never mind"}]
     write(tmp_path / "s" / "0001.json", rec)
-    write(tmp_path / "traces" / "t.json", {"model_name": "t", "turns": [
-        {"user_input": "go", "steps": [{"response": {
-            "type": "tool_calls", "tool_calls": [{"id": "c1", "name": "echo",
-                                                  "arguments": {}}]}}]},
-        {"user_input": "again", "steps": [{
-            "expected_tool_results": [{"tool_call_id": "c9", "name": "echo", "content": "x"}],
-            "response": {"type": "text", "content": "ok"}}]}]})
+    write(
+        tmp_path / "traces" / "t.json",
+        {
+            "model_name": "t",
+            "turns": [
+                {
+                    "user_input": "go",
+                    "steps": [
+                        {
+                            "response": {
+                                "type": "tool_calls",
+                                "tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}],
+                            }
+                        }
+                    ],
+                },
+                {
+                    "user_input": "again",
+                    "steps": [
+                        {
+                            "expected_tool_results": [
+                                {"tool_call_id": "c9", "name": "echo", "content": "x"}
+                            ],
+                            "response": {"type": "text", "content": "ok"},
+                        }
+                    ],
+                },
+            ],
+        },
+    )
     found = problems(tmp_path, "orphan_tool_call")
     messages_found = [p.message for p in found]
-    assert any("recorded request" in m and "did not have response messages" in m
-               for m in messages_found)
+    assert any(
+        "recorded request" in m and "did not have response messages" in m for m in messages_found
+    )
     assert any("turn ends on a tool_calls step (c1)" in m for m in messages_found)
     assert any("'c9', which no earlier step made" in m for m in messages_found)
 
@@ -131,8 +157,9 @@ def test_structured_answer_that_breaks_its_schema(tmp_path: Path) -> None:
 
 def test_malformed_tool_arguments_are_a_warning(tmp_path: Path) -> None:
     rec = recording("tool-call/0001")
-    rec["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"][
-        "arguments"] = '{"city": "Par'
+    rec["response"]["body"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = (
+        '{"city": "Par'
+    )
     write(tmp_path / "s" / "0001.json", rec)
     [found] = problems(tmp_path, "malformed_tool_args")
     assert found.severity == "warning"
@@ -143,15 +170,27 @@ def test_unredacted_secrets(tmp_path: Path) -> None:
     rec = recording("simple-chat/0001")
     rec["response"]["body"]["choices"][0]["message"]["content"] = f"Use {KEY} for that."
     write(tmp_path / "s" / "0001.json", rec)
-    request = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user",
-                                                                "content": "hi"}]})
-    cassette = {"interactions": [{
-        "request": {"body": request, "method": "POST",
+    request = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    cassette = {
+        "interactions": [
+            {
+                "request": {
+                    "body": request,
+                    "method": "POST",
                     "uri": "https://api.openai.com/v1/chat/completions",
-                    "headers": {"authorization": ["Bearer live-token-123456789"]}},
-        "response": {"body": {"string": json.dumps(recording("simple-chat/0001")["response"][
-            "body"])}, "headers": {}, "status": {"code": 200, "message": "OK"}}}],
-        "version": 1}
+                    "headers": {"authorization": ["Bearer live-token-123456789"]},
+                },
+                "response": {
+                    "body": {
+                        "string": json.dumps(recording("simple-chat/0001")["response"]["body"])
+                    },
+                    "headers": {},
+                    "status": {"code": 200, "message": "OK"},
+                },
+            }
+        ],
+        "version": 1,
+    }
     write(tmp_path / "cassettes" / "c.yaml", yaml.dump(cassette))
     found = problems(tmp_path, "unredacted_secret")
     assert len(found) == 2 and all(p.severity == "error" for p in found)
@@ -173,10 +212,14 @@ def test_cli_exit_status_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_trace_and_hash_keyed_dirs_are_checked_too(tmp_path: Path) -> None:
     ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     digest = request_digest(ask)
-    write(tmp_path / "fixtures" / f"{digest}.json",
-          {"request_digest": digest, "response": {"content": "hello"}})
-    write(tmp_path / "traces" / "t.json", {"model_name": "t", "steps": [
-        {"response": {"type": "text", "content": "hi"}}]})
+    write(
+        tmp_path / "fixtures" / f"{digest}.json",
+        {"request_digest": digest, "response": {"content": "hello"}},
+    )
+    write(
+        tmp_path / "traces" / "t.json",
+        {"model_name": "t", "steps": [{"response": {"type": "text", "content": "hi"}}]},
+    )
     report = diagnose([tmp_path])
     assert report.problems == [] and report.recordings == 2
     assert hashlib.sha256(b"").hexdigest() != digest

@@ -24,8 +24,9 @@ def test_unit_length_never_zero(text: str) -> None:
 
 
 def test_dimensions_honoured_and_defaults() -> None:
-    r = embeddings_response({"model": "text-embedding-3-small", "input": ["a", "b"],
-                             "dimensions": 256})
+    r = embeddings_response(
+        {"model": "text-embedding-3-small", "input": ["a", "b"], "dimensions": 256}
+    )
     assert [len(d["embedding"]) for d in r["data"]] == [256, 256]
     assert [d["index"] for d in r["data"]] == [0, 1]
     r = embeddings_response({"model": "text-embedding-3-large", "input": "a"})
@@ -33,19 +34,27 @@ def test_dimensions_honoured_and_defaults() -> None:
 
 
 def test_base64_is_little_endian_float32() -> None:
-    r = embeddings_response({"model": "m", "input": "a", "dimensions": 4,
-                             "encoding_format": "base64"})
+    r = embeddings_response(
+        {"model": "m", "input": "a", "dimensions": 4, "encoding_format": "base64"}
+    )
     raw = base64.b64decode(r["data"][0]["embedding"])
     decoded = struct.unpack("<4f", raw)
     expected = embed("m", "a", 4)
     assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(decoded, expected, strict=True))
 
 
-@pytest.mark.parametrize("body", [
-    {"input": "a"}, {"model": "m"}, {"model": "m", "input": []}, {"model": "m", "input": 3},
-    {"model": "m", "input": "a", "dimensions": 0}, {"model": "m", "input": "a",
-                                                     "encoding_format": "hex"}, [],
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "a"},
+        {"model": "m"},
+        {"model": "m", "input": []},
+        {"model": "m", "input": 3},
+        {"model": "m", "input": "a", "dimensions": 0},
+        {"model": "m", "input": "a", "encoding_format": "hex"},
+        [],
+    ],
+)
 def test_bad_requests(body: object) -> None:
     with pytest.raises(InvalidRequest):
         embeddings_response(body)

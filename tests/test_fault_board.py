@@ -37,8 +37,7 @@ def test_fifo_order() -> None:
     arm(board, type="http_429")
     arm(board, type="empty_reply")
     fired = [board.take(REQ) for _ in range(4)]
-    assert [f.type if f else None for f in fired] == ["http_503", "http_429", "empty_reply",
-                                                      None]
+    assert [f.type if f else None for f in fired] == ["http_503", "http_429", "empty_reply", None]
 
 
 def test_match_rules() -> None:
@@ -50,10 +49,8 @@ def test_match_rules() -> None:
     assert board.take(RequestInfo("/v1/chat/completions", "m", "b", False)).type == "latency"
     assert board.take(RequestInfo("/v1/chat/completions", "m", "b", False)) is None
     assert board.take(RequestInfo("/v1/chat/completions", "m", "b", True)).type == "stall"
-    assert board.take(RequestInfo("/v1/chat/completions", "gpt-4o", "b", True)).type == \
-        "http_429"
-    assert board.take(RequestInfo("/v1/chat/completions", "gpt-4o", "a", True)).type == \
-        "http_503"
+    assert board.take(RequestInfo("/v1/chat/completions", "gpt-4o", "b", True)).type == "http_429"
+    assert board.take(RequestInfo("/v1/chat/completions", "gpt-4o", "a", True)).type == "http_503"
 
 
 def test_not_applicable_is_not_consumed() -> None:
@@ -119,6 +116,11 @@ def test_fifo_across_session_and_model_buckets() -> None:
         arm(board, type="garbage", remaining=100, match={"model": "other"})
     request = RequestInfo("/v1/chat/completions", "m", "s", False)
     fired = [board.take(request) for _ in range(5)]
-    assert [f.type if f else None for f in fired] == ["latency", "http_503", "http_429",
-                                                      "stall", None]
+    assert [f.type if f else None for f in fired] == [
+        "latency",
+        "http_503",
+        "http_429",
+        "stall",
+        None,
+    ]
     assert board.disarm("flt_2") == 0 and len(board) == 100

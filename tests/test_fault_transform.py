@@ -21,31 +21,67 @@ from chaosllm.providers.openai_chat import OpenAIChat, iter_frame_payloads
 P = OpenAIChat()
 REQUEST = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 ANSWER: dict[str, Any] = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
-    "choices": [{"index": 0, "message": {"role": "assistant", "refusal": None,
-                                         "content": "one two three four five six"},
-                 "logprobs": None, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 6, "total_tokens": 7}}
-TOOL_ANSWER: dict[str, Any] = {**ANSWER, "choices": [{
-    "index": 0, "logprobs": None, "finish_reason": "tool_calls",
-    "message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "f", "arguments": '{"city": "Paris"}'}}]}}]}
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt-4o-mini",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "refusal": None,
+                "content": "one two three four five six",
+            },
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 6, "total_tokens": 7},
+}
+TOOL_ANSWER: dict[str, Any] = {
+    **ANSWER,
+    "choices": [
+        {
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+        }
+    ],
+}
 
 
 def context(answer: dict[str, Any], stream: bool) -> tuple[ResponsePlan, FaultContext]:
     body = {**REQUEST, "stream": stream, "stream_options": {"include_usage": True}}
 
     def render(new_answer: Any) -> ResponsePlan:
-        exchange = Exchange("openai.chat", RecordedRequest("POST", "/v1/chat/completions", body),
-                            RecordedResponse(200, new_answer), "d", "s/1", "s")
+        exchange = Exchange(
+            "openai.chat",
+            RecordedRequest("POST", "/v1/chat/completions", body),
+            RecordedResponse(200, new_answer),
+            "d",
+            "s/1",
+            "s",
+        )
         return P.render(exchange, body, timing=0)
 
     return render(answer), FaultContext(P, stream, answer, render)
 
 
-def fault(type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False,
-          **params: Any) -> tuple[ResponsePlan, ResponsePlan]:
+def fault(
+    type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False, **params: Any
+) -> tuple[ResponsePlan, ResponsePlan]:
     plan, ctx = context(answer, stream)
     out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
     assert out is not None
@@ -126,9 +162,15 @@ def test_http_statuses(stream: bool) -> None:
     assert out.status == 429 and headers["retry-after"] == "2"
     assert headers["retry-after-ms"] == "2000"
     assert json.loads(out.body())["error"]["code"] == "rate_limit_exceeded"
-    for status, type_ in ((400, "invalid_request_error"), (401, "invalid_request_error"),
-                          (404, "invalid_request_error"), (500, "server_error"),
-                          (502, "server_error"), (504, "timeout"), (529, "server_error")):
+    for status, type_ in (
+        (400, "invalid_request_error"),
+        (401, "invalid_request_error"),
+        (404, "invalid_request_error"),
+        (500, "server_error"),
+        (502, "server_error"),
+        (504, "timeout"),
+        (529, "server_error"),
+    ):
         _, out = fault("http_error", stream=stream, status=status)
         assert out.status == status and json.loads(out.body())["error"]["type"] == type_
 
@@ -137,12 +179,18 @@ def test_http_statuses(stream: bool) -> None:
 def test_malformed_tool_args(stream: bool) -> None:
     _, out = fault("malformed_tool_args", TOOL_ANSWER, stream)
     if stream:
-        args = "".join(json.loads(f)["choices"][0]["delta"].get("tool_calls", [{}])[0]
-                       .get("function", {}).get("arguments", "")
-                       for f in frames(out)[:-1] if json.loads(f)["choices"])
+        args = "".join(
+            json.loads(f)["choices"][0]["delta"]
+            .get("tool_calls", [{}])[0]
+            .get("function", {})
+            .get("arguments", "")
+            for f in frames(out)[:-1]
+            if json.loads(f)["choices"]
+        )
     else:
         args = json.loads(out.body())["choices"][0]["message"]["tool_calls"][0]["function"][
-            "arguments"]
+            "arguments"
+        ]
     assert '{"city": "Paris"}'.startswith(args) and args
     with pytest.raises(json.JSONDecodeError):
         json.loads(args)

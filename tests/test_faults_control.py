@@ -33,8 +33,9 @@ def http(server: ChaosServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def chat(http: httpx.Client, *, stream: bool = False, session: str | None = None,
-         name: str = NAME) -> int:
+def chat(
+    http: httpx.Client, *, stream: bool = False, session: str | None = None, name: str = NAME
+) -> int:
     """One provider request; its status."""
     headers = {"X-Chaosllm-Session": session} if session else {}
     return http.post(CHAT, json=request_body(name, stream=stream), headers=headers).status_code
@@ -81,27 +82,40 @@ def test_arm_one_object(http: httpx.Client) -> None:
     assert response.status_code == 201
     body = response.json()
     (fault_id,) = body["ids"]
-    assert body["faults"] == [{"id": fault_id, "type": "http_503", "remaining": 1,
-                               "probability": 1.0, "retry_after": 2.0, "fired": 0,
-                               "armed_at": body["faults"][0]["armed_at"]}]
+    assert body["faults"] == [
+        {
+            "id": fault_id,
+            "type": "http_503",
+            "remaining": 1,
+            "probability": 1.0,
+            "retry_after": 2.0,
+            "fired": 0,
+            "armed_at": body["faults"][0]["armed_at"],
+        }
+    ]
     assert armed(http) == body["faults"]
 
 
 def test_arm_an_array_in_order_and_fire_fifo(http: httpx.Client) -> None:
-    specs = [{"type": "http_error", "status": 500}, {"type": "http_error", "status": 502},
-             {"type": "http_429", "retry_after": 0}]
+    specs = [
+        {"type": "http_error", "status": 500},
+        {"type": "http_error", "status": 502},
+        {"type": "http_429", "retry_after": 0},
+    ]
     response = http.post("/__fault", json=specs)
     assert response.status_code == 201
     ids = response.json()["ids"]
     assert len(ids) == 3
-    assert [(f["id"], f["type"], f.get("status")) for f in armed(http)] == \
-        list(zip(ids, ["http_error", "http_error", "http_429"], [500, 502, None], strict=True))
+    assert [(f["id"], f["type"], f.get("status")) for f in armed(http)] == list(
+        zip(ids, ["http_error", "http_error", "http_429"], [500, 502, None], strict=True)
+    )
     assert statuses(http, 4) == [500, 502, 429, 200]
 
 
 def test_a_bad_spec_in_an_array_arms_nothing(http: httpx.Client) -> None:
-    response = http.post("/__fault", json=[{"type": "http_503"}, {"type": "http_429"},
-                                          {"type": "bogus"}])
+    response = http.post(
+        "/__fault", json=[{"type": "http_503"}, {"type": "http_429"}, {"type": "bogus"}]
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_fault_spec"
     message = error_message(response)
@@ -111,28 +125,44 @@ def test_a_bad_spec_in_an_array_arms_nothing(http: httpx.Client) -> None:
     assert chat(http) == 200
 
 
-@pytest.mark.parametrize(("spec", "fragments"), [
-    ({"type": "bogus"}, ["unknown fault type 'bogus'", *FAULT_TYPES]),
-    ({"remaining": 2}, ["unknown fault type missing", *FAULT_TYPES]),
-    ({"type": "http_503", "remaining": -1},
-     ["remaining must be an integer >= 1, got -1", "http_503 takes retry_after", "message"]),
-    ({"type": "http_503", "remaining": 0}, ["remaining must be an integer >= 1"]),
-    ({"type": "http_503", "probability": 1.5},
-     ["probability must be a number within 0..1, got 1.5", "http_503 takes retry_after"]),
-    ({"type": "http_503", "probability": -0.1}, ["probability must be a number within 0..1"]),
-    ({"type": "http_503", "after_chunks": 2},
-     ["http_503 has no parameter 'after_chunks'", "retry_after", "message"]),
-    ({"type": "empty_reply", "after_chunks": 2},
-     ["empty_reply has no parameter 'after_chunks'", "no parameters of its own"]),
-    ({"type": "stall", "colour": "red"},
-     ["stall has no parameter 'colour'", "after_chunks", "max_ms"]),
-    ({"type": "stall", "after_chunks": -3},
-     ["after_chunks must be >= 0, got -3", "stall takes after_chunks", "max_ms"]),
-    ({"type": "http_error", "status": 200}, ["status must be within 400..599", "retry_after"]),
-    ({"type": "http_503", "match": {"host": "x"}}, ["match has no field 'host'", "session"]),
-])
-def test_bad_specs_get_400_saying_what_is_valid(http: httpx.Client, spec: dict[str, Any],
-                                                fragments: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ({"type": "bogus"}, ["unknown fault type 'bogus'", *FAULT_TYPES]),
+        ({"remaining": 2}, ["unknown fault type missing", *FAULT_TYPES]),
+        (
+            {"type": "http_503", "remaining": -1},
+            ["remaining must be an integer >= 1, got -1", "http_503 takes retry_after", "message"],
+        ),
+        ({"type": "http_503", "remaining": 0}, ["remaining must be an integer >= 1"]),
+        (
+            {"type": "http_503", "probability": 1.5},
+            ["probability must be a number within 0..1, got 1.5", "http_503 takes retry_after"],
+        ),
+        ({"type": "http_503", "probability": -0.1}, ["probability must be a number within 0..1"]),
+        (
+            {"type": "http_503", "after_chunks": 2},
+            ["http_503 has no parameter 'after_chunks'", "retry_after", "message"],
+        ),
+        (
+            {"type": "empty_reply", "after_chunks": 2},
+            ["empty_reply has no parameter 'after_chunks'", "no parameters of its own"],
+        ),
+        (
+            {"type": "stall", "colour": "red"},
+            ["stall has no parameter 'colour'", "after_chunks", "max_ms"],
+        ),
+        (
+            {"type": "stall", "after_chunks": -3},
+            ["after_chunks must be >= 0, got -3", "stall takes after_chunks", "max_ms"],
+        ),
+        ({"type": "http_error", "status": 200}, ["status must be within 400..599", "retry_after"]),
+        ({"type": "http_503", "match": {"host": "x"}}, ["match has no field 'host'", "session"]),
+    ],
+)
+def test_bad_specs_get_400_saying_what_is_valid(
+    http: httpx.Client, spec: dict[str, Any], fragments: list[str]
+) -> None:
     response = http.post("/__fault", json=spec)
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
@@ -143,8 +173,9 @@ def test_bad_specs_get_400_saying_what_is_valid(http: httpx.Client, spec: dict[s
 
 
 def test_malformed_json_gets_400_listing_the_types(http: httpx.Client) -> None:
-    response = http.post("/__fault", content=b'{"type": "http_503",',
-                         headers={"content-type": "application/json"})
+    response = http.post(
+        "/__fault", content=b'{"type": "http_503",', headers={"content-type": "application/json"}
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
     message = error_message(response)
@@ -154,8 +185,9 @@ def test_malformed_json_gets_400_listing_the_types(http: httpx.Client) -> None:
 
 
 def test_arm_by_type_with_query_parameters(http: httpx.Client) -> None:
-    response = http.post("/__fault/dropped_connection",
-                         params={"remaining": 2, "after_chunks": 1, "session": "s1"})
+    response = http.post(
+        "/__fault/dropped_connection", params={"remaining": 2, "after_chunks": 1, "session": "s1"}
+    )
     assert response.status_code == 201
     (fault,) = response.json()["faults"]
     assert fault["type"] == "dropped_connection" and fault["remaining"] == 2
@@ -165,8 +197,9 @@ def test_arm_by_type_with_query_parameters(http: httpx.Client) -> None:
         """Frames received and whether the body completed."""
         headers = {"X-Chaosllm-Session": session} if session else {}
         frames = 0
-        with http.stream("POST", CHAT, json=request_body(NAME, stream=True),
-                         headers=headers) as response:
+        with http.stream(
+            "POST", CHAT, json=request_body(NAME, stream=True), headers=headers
+        ) as response:
             try:
                 for line in response.iter_lines():
                     frames += line.startswith("data: ")
@@ -179,8 +212,13 @@ def test_arm_by_type_with_query_parameters(http: httpx.Client) -> None:
     assert stream_frames("s2") == (19, True)
     assert stream_frames("s1") == (1, False)
     assert stream_frames("s1") == (19, True)  # used up
-    assert [e["fault"] and e["fault"]["type"] for e in journal(http)] == \
-        [None, "dropped_connection", None, "dropped_connection", None]
+    assert [e["fault"] and e["fault"]["type"] for e in journal(http)] == [
+        None,
+        "dropped_connection",
+        None,
+        "dropped_connection",
+        None,
+    ]
 
 
 def test_arm_by_type_refuses_bad_types_and_parameters(http: httpx.Client) -> None:
@@ -210,16 +248,17 @@ def test_list_armed_and_fired_with_the_request_seq(http: httpx.Client) -> None:
     assert listing["armed"] == []
     entries = journal(http)
     assert [f["request_seq"] for f in listing["fired"]] == [e["seq"] for e in entries[:2]]
-    assert [(f["id"], f["type"], f["remaining"], f["session"], f["path"])
-            for f in listing["fired"]] == [(fault_id, "http_503", 1, "a", CHAT),
-                                           (fault_id, "http_503", 0, "a", CHAT)]
+    assert [
+        (f["id"], f["type"], f["remaining"], f["session"], f["path"]) for f in listing["fired"]
+    ] == [(fault_id, "http_503", 1, "a", CHAT), (fault_id, "http_503", 0, "a", CHAT)]
     assert listing["fired"][0]["spec"]["remaining"] == 2
     assert http.get("/__fault", params={"session": "b"}).json()["fired"] == []
 
 
 def test_disarm_one_and_all(http: httpx.Client) -> None:
-    ids = http.post("/__fault", json=[{"type": "http_503"}, {"type": "http_429"},
-                                      {"type": "http_error"}]).json()["ids"]
+    ids = http.post(
+        "/__fault", json=[{"type": "http_503"}, {"type": "http_429"}, {"type": "http_error"}]
+    ).json()["ids"]
     response = http.delete(f"/__fault/{ids[1]}")
     assert response.status_code == 200 and response.json() == {"disarmed": 1}
     assert [f["id"] for f in armed(http)] == [ids[0], ids[2]]
@@ -241,27 +280,53 @@ def test_profile_outage_recovers(http: httpx.Client) -> None:
     response = http.post("/__profile", json={"profile": "outage-recovers"})
     assert response.status_code == 201
     assert response.json()["profile"] == "outage-recovers"
-    assert [f["type"] for f in response.json()["faults"]] == \
-        ["http_503", "http_error", "empty_reply"]
+    assert [f["type"] for f in response.json()["faults"]] == [
+        "http_503",
+        "http_error",
+        "empty_reply",
+    ]
     got = statuses(http, 3)
     with pytest.raises(httpx.RemoteProtocolError):
         chat(http)
     got += statuses(http, 2)
     assert got == [503, 503, 502, 200, 200]
-    assert [e["fault"] and e["fault"]["type"] for e in journal(http)] == \
-        ["http_503", "http_503", "http_error", "empty_reply", None, None]
+    assert [e["fault"] and e["fault"]["type"] for e in journal(http)] == [
+        "http_503",
+        "http_503",
+        "http_error",
+        "empty_reply",
+        None,
+        None,
+    ]
 
 
 def test_profile_sent_inline(http: httpx.Client) -> None:
-    response = http.post("/__profile", json={"description": "mine", "faults": [
-        {"type": "http_429", "retry_after": 0}, {"type": "http_error", "status": 504}]})
+    response = http.post(
+        "/__profile",
+        json={
+            "description": "mine",
+            "faults": [
+                {"type": "http_429", "retry_after": 0},
+                {"type": "http_error", "status": 504},
+            ],
+        },
+    )
     assert response.status_code == 201 and response.json()["profile"] == "(request)"
     assert statuses(http, 3) == [429, 504, 200]
 
 
-@pytest.mark.parametrize("name", ["no-such-profile", "../x", "../faults/outage-recovers",
-                                  "outage-recovers/../outage-recovers", "/etc/passwd",
-                                  "outage-recovers.json", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "no-such-profile",
+        "../x",
+        "../faults/outage-recovers",
+        "outage-recovers/../outage-recovers",
+        "/etc/passwd",
+        "outage-recovers.json",
+        "",
+    ],
+)
 def test_bad_profile_names_get_400_and_read_no_file(http: httpx.Client, name: str) -> None:
     response = http.post("/__profile", json={"profile": name})
     assert response.status_code == 400
@@ -294,8 +359,10 @@ def test_bad_profile_requests_get_400(http: httpx.Client, body: Any) -> None:
 
 
 def test_journal_fields_and_session_filter(http: httpx.Client) -> None:
-    http.post("/__fault", json={"type": "dropped_connection", "after_chunks": 2,
-                                "match": {"session": "s1"}})
+    http.post(
+        "/__fault",
+        json={"type": "dropped_connection", "after_chunks": 2, "match": {"session": "s1"}},
+    )
     with pytest.raises(httpx.RemoteProtocolError):
         chat(http, stream=True, session="s1")
     assert chat(http, session="s2") == 200
@@ -306,28 +373,64 @@ def test_journal_fields_and_session_filter(http: httpx.Client) -> None:
     entries = journal(http)
     assert [e["seq"] for e in entries] == [1, 2, 3]
     first, second, third = entries
-    assert {k: first[k] for k in ("session", "model", "stream", "recording", "match", "status",
-                                  "frames_sent", "outcome", "miss", "path", "method")} == {
-        "session": "s1", "model": "gpt-4o", "stream": True, "recording": NAME,
-        "match": "exact", "status": 200, "frames_sent": 2, "outcome": "complete",
-        "miss": False, "path": CHAT, "method": "POST"}
+    assert {
+        k: first[k]
+        for k in (
+            "session",
+            "model",
+            "stream",
+            "recording",
+            "match",
+            "status",
+            "frames_sent",
+            "outcome",
+            "miss",
+            "path",
+            "method",
+        )
+    } == {
+        "session": "s1",
+        "model": "gpt-4o",
+        "stream": True,
+        "recording": NAME,
+        "match": "exact",
+        "status": 200,
+        "frames_sent": 2,
+        "outcome": "complete",
+        "miss": False,
+        "path": CHAT,
+        "method": "POST",
+    }
     assert first["fault"]["type"] == "dropped_connection"
     assert first["fault"]["after_chunks"] == 2 and first["fault"]["id"].startswith("flt_")
-    assert {k: second[k] for k in ("session", "stream", "recording", "fault", "status",
-                                   "frames_sent", "outcome")} == {
-        "session": "s2", "stream": False, "recording": NAME, "fault": None, "status": 200,
-        "frames_sent": 0, "outcome": "complete"}
+    assert {
+        k: second[k]
+        for k in ("session", "stream", "recording", "fault", "status", "frames_sent", "outcome")
+    } == {
+        "session": "s2",
+        "stream": False,
+        "recording": NAME,
+        "fault": None,
+        "status": 200,
+        "frames_sent": 0,
+        "outcome": "complete",
+    }
     assert second["bytes_sent"] > 0
-    assert (third["session"], third["miss"], third["status"], third["recording"]) == \
-        (None, True, 404, None)
+    assert (third["session"], third["miss"], third["status"], third["recording"]) == (
+        None,
+        True,
+        404,
+        None,
+    )
 
     assert [e["seq"] for e in journal(http, "s1")] == [1]
     assert [e["seq"] for e in journal(http, "s2")] == [2]
     assert journal(http, "nobody") == []
 
 
-def test_journal_outcome_when_the_client_gives_up_on_a_stall(server: ChaosServer,
-                                                              http: httpx.Client) -> None:
+def test_journal_outcome_when_the_client_gives_up_on_a_stall(
+    server: ChaosServer, http: httpx.Client
+) -> None:
     http.post("/__fault", json={"type": "stall", "after_chunks": 3, "max_ms": 10_000})
     with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=0.3) as impatient:
         impatient.post(server.url + CHAT, json=request_body(NAME, stream=False))
@@ -374,10 +477,14 @@ def test_remaining_three_fires_three_times(http: httpx.Client) -> None:
 
 
 def test_fifo_skips_faults_that_do_not_match(http: httpx.Client) -> None:
-    http.post("/__fault", json=[
-        {"type": "http_error", "status": 500, "match": {"stream": True}},
-        {"type": "http_429", "retry_after": 0, "remaining": 2},
-        {"type": "http_error", "status": 502, "match": {"model": "gpt-4o"}}])
+    http.post(
+        "/__fault",
+        json=[
+            {"type": "http_error", "status": 500, "match": {"stream": True}},
+            {"type": "http_429", "retry_after": 0, "remaining": 2},
+            {"type": "http_error", "status": 502, "match": {"model": "gpt-4o"}},
+        ],
+    )
     # JSON requests skip the stream-only fault: the 429 (twice), then the 502.
     assert statuses(http, 3) == [429, 429, 502]
     assert chat(http, stream=True) == 500
@@ -386,8 +493,9 @@ def test_fifo_skips_faults_that_do_not_match(http: httpx.Client) -> None:
 
 def test_match_session_isolates_parallel_clients(server: ChaosServer) -> None:
     with httpx.Client(base_url=server.url, timeout=TIMEOUT) as http:
-        http.post("/__fault", json={"type": "http_503", "remaining": 5,
-                                    "match": {"session": "alice"}})
+        http.post(
+            "/__fault", json={"type": "http_503", "remaining": 5, "match": {"session": "alice"}}
+        )
     start = threading.Barrier(2, timeout=TIMEOUT)
     results: dict[str, list[int]] = {}
 
@@ -407,7 +515,8 @@ def test_match_session_isolates_parallel_clients(server: ChaosServer) -> None:
 
 
 def test_remaining_n_fires_exactly_n_times_under_200_concurrent_requests(
-        server: ChaosServer) -> None:
+    server: ChaosServer,
+) -> None:
     n, concurrency = 7, 200
     body = request_body(NAME, stream=False)
 
@@ -431,8 +540,9 @@ def test_remaining_n_fires_exactly_n_times_under_200_concurrent_requests(
     async def main() -> list[list[int]]:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         with anyio.fail_after(25):
-            async with httpx.AsyncClient(base_url=server.url, limits=limits,
-                                         timeout=TIMEOUT * 2) as client:
+            async with httpx.AsyncClient(
+                base_url=server.url, limits=limits, timeout=TIMEOUT * 2
+            ) as client:
                 return [await round_(client) for _ in range(3)]
 
     for got in anyio.run(main):
@@ -445,10 +555,13 @@ def test_remaining_n_fires_exactly_n_times_under_200_concurrent_requests(
 
 def seeded_sequence(seed: int, count: int = 30) -> list[bool]:
     """Whether a probability-0.5 fault fired on each of `count` sequential requests."""
-    with ChaosServer(seed=seed) as server, \
-            httpx.Client(base_url=server.url, timeout=TIMEOUT) as http:
-        response = http.post("/__fault", json={"type": "http_503", "probability": 0.5,
-                                               "remaining": 1000})
+    with (
+        ChaosServer(seed=seed) as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT) as http,
+    ):
+        response = http.post(
+            "/__fault", json={"type": "http_503", "probability": 0.5, "remaining": 1000}
+        )
         assert response.status_code == 201
         return [status == 503 for status in statuses(http, count)]
 
@@ -460,22 +573,30 @@ def test_seeded_chaos_is_reproducible() -> None:
     assert other != first
 
 
-def test_seeded_chaos_is_reproducible_after_a_reset_and_across_sessions(
-        http: httpx.Client) -> None:
+def test_seeded_chaos_is_reproducible_after_a_reset_and_across_sessions(http: httpx.Client) -> None:
     """A shared server reset between tests gives each test the draws of a fresh server,
     whatever faults other sessions arm meanwhile."""
 
     def draws(session: str) -> list[bool]:
-        response = http.post("/__fault", json={"type": "http_503", "probability": 0.5,
-                                               "remaining": 1000,
-                                               "match": {"session": session}})
+        response = http.post(
+            "/__fault",
+            json={
+                "type": "http_503",
+                "probability": 0.5,
+                "remaining": 1000,
+                "match": {"session": session},
+            },
+        )
         assert response.status_code == 201
         return [status == 503 for status in statuses(http, 30, session=session)]
 
     first = draws("a")
     assert http.post("/__reset").status_code == 200
-    http.post("/__fault", json=[{"type": "latency", "delay_ms": 0, "probability": 0.5,
-                                 "match": {"session": "b"}}] * 3)
+    http.post(
+        "/__fault",
+        json=[{"type": "latency", "delay_ms": 0, "probability": 0.5, "match": {"session": "b"}}]
+        * 3,
+    )
     assert draws("a") == first
     assert 0 < sum(first) < len(first)
 

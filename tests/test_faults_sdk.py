@@ -66,8 +66,11 @@ class Outcome:
 
     @property
     def finish(self) -> list[str]:
-        return [c.choices[0].finish_reason for c in self.chunks
-                if c.choices and c.choices[0].finish_reason]
+        return [
+            c.choices[0].finish_reason
+            for c in self.chunks
+            if c.choices and c.choices[0].finish_reason
+        ]
 
     @property
     def gaps(self) -> list[float]:
@@ -83,8 +86,15 @@ class Outcome:
         return calls
 
 
-def run(server: ChaosServer, *, stream: bool, name: str = NAME, timeout: float = 5.0,
-        max_retries: int = 2, session: str | None = None) -> Outcome:
+def run(
+    server: ChaosServer,
+    *,
+    stream: bool,
+    name: str = NAME,
+    timeout: float = 5.0,
+    max_retries: int = 2,
+    session: str | None = None,
+) -> Outcome:
     """One SDK call of recording `name` against the armed faults."""
     body = request_body(name, stream=stream)
     started = time.monotonic()
@@ -93,8 +103,13 @@ def run(server: ChaosServer, *, stream: bool, name: str = NAME, timeout: float =
     completion: ChatCompletion | None = None
     chunks: list[ChatCompletionChunk] = []
     headers = {"X-Chaosllm-Session": session} if session else None
-    with openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=max_retries,
-                       timeout=timeout, default_headers=headers) as client:
+    with openai.OpenAI(
+        base_url=server.base_url,
+        api_key="sk-test",
+        max_retries=max_retries,
+        timeout=timeout,
+        default_headers=headers,
+    ) as client:
         raised_in = "create"
         try:
             if stream:
@@ -110,9 +125,15 @@ def run(server: ChaosServer, *, stream: bool, name: str = NAME, timeout: float =
             raised_in = None
     elapsed = time.monotonic() - started
     entries = server.requests(session)
-    return Outcome(attempts=[e["fault"]["type"] if e["fault"] else None for e in entries],
-                   error=error, raised_in=raised_in, completion=completion, chunks=chunks,
-                   elapsed=elapsed, times=[e["time"] for e in entries])
+    return Outcome(
+        attempts=[e["fault"]["type"] if e["fault"] else None for e in entries],
+        error=error,
+        raised_in=raised_in,
+        completion=completion,
+        chunks=chunks,
+        elapsed=elapsed,
+        times=[e["time"] for e in entries],
+    )
 
 
 def assert_full_answer(out: Outcome, *, stream: bool) -> None:
@@ -121,8 +142,7 @@ def assert_full_answer(out: Outcome, *, stream: bool) -> None:
         assert out.text == answer_text() and out.finish == ["stop"]
         assert len(out.chunks) == STREAM_CHUNKS and out.chunks[-1].usage is not None
     else:
-        assert out.completion == ChatCompletion.model_validate(
-            recording(NAME)["response"]["body"])
+        assert out.completion == ChatCompletion.model_validate(recording(NAME)["response"]["body"])
 
 
 def assert_raised(out: Outcome, cls: type[Exception], where: str) -> Exception:
@@ -207,9 +227,9 @@ def test_error_in_200_json_returns_a_completion_without_choices(server: ChaosSer
     completion = out.completion
     assert completion is not None
     assert completion.choices is None
-    assert completion.model_extra == {"error": {"message": "upstream failed",
-                                                "type": "server_error", "param": None,
-                                                "code": None}}
+    assert completion.model_extra == {
+        "error": {"message": "upstream failed", "type": "server_error", "param": None, "code": None}
+    }
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -261,8 +281,10 @@ def test_connection_reset_stream_raises_connection_error(server: ChaosServer) ->
     out = run(server, stream=True)
     assert out.attempts == ["connection_reset"]
     error = assert_raised(out, openai.APIConnectionError, "iterate")
-    assert isinstance(error.__cause__.__cause__.__cause__,  # type: ignore[union-attr]
-                      ConnectionResetError)
+    assert isinstance(
+        error.__cause__.__cause__.__cause__,  # type: ignore[union-attr]
+        ConnectionResetError,
+    )
     assert len(out.chunks) == 2
 
 
@@ -318,10 +340,13 @@ class Retried:
 
     def expected(self) -> dict[str, Any]:
         attempts = min(self.remaining, 3)
-        return {"attempts": [self.fault] * attempts + [None] * (self.remaining < 3),
-                "error": None if self.error is None else self.error.__name__,
-                "raised_in": None if self.error is None else "create",
-                "cause": self.cause, "full_answer": self.error is None}
+        return {
+            "attempts": [self.fault] * attempts + [None] * (self.remaining < 3),
+            "error": None if self.error is None else self.error.__name__,
+            "raised_in": None if self.error is None else "create",
+            "cause": self.cause,
+            "full_answer": self.error is None,
+        }
 
 
 def observed(out: Outcome, stream: bool) -> dict[str, Any]:
@@ -330,23 +355,33 @@ def observed(out: Outcome, stream: bool) -> dict[str, Any]:
         full = True
     except AssertionError:
         full = False
-    cause = None if out.error is None or out.error.__cause__ is None \
+    cause = (
+        None
+        if out.error is None or out.error.__cause__ is None
         else type(out.error.__cause__).__name__
-    return {"attempts": out.attempts,
-            "error": None if out.error is None else type(out.error).__name__,
-            "raised_in": out.raised_in, "cause": cause, "full_answer": full}
+    )
+    return {
+        "attempts": out.attempts,
+        "error": None if out.error is None else type(out.error).__name__,
+        "raised_in": out.raised_in,
+        "cause": cause,
+        "full_answer": full,
+    }
 
 
 CONNECTION = openai.APIConnectionError
 RETRIED = [
     # One-shot (the default): the SDK's first retry gets the answer.
-    Retried("http_503", False, 1, None), Retried("http_503", True, 1, None),
+    Retried("http_503", False, 1, None),
+    Retried("http_503", True, 1, None),
     Retried("http_429", False, 1, None, params=(("retry_after", 0.1),)),
     Retried("http_429", True, 1, None, params=(("retry_after", 0.1),)),
-    Retried("http_error", False, 1, None), Retried("http_error", True, 1, None),
+    Retried("http_error", False, 1, None),
+    Retried("http_error", True, 1, None),
     Retried("dropped_connection", False, 1, None),
     Retried("connection_reset", False, 1, None),
-    Retried("empty_reply", False, 1, None), Retried("empty_reply", True, 1, None),
+    Retried("empty_reply", False, 1, None),
+    Retried("empty_reply", True, 1, None),
     Retried("garbage", False, 1, None),
     Retried("stall", False, 1, None, params=(("max_ms", 10_000),), timeout=1.0),
     # Three firings: the two retries run out and the last error reaches the caller.
@@ -359,8 +394,15 @@ RETRIED = [
     Retried("empty_reply", False, 3, CONNECTION, "RemoteProtocolError"),
     Retried("empty_reply", True, 3, CONNECTION, "RemoteProtocolError"),
     Retried("garbage", False, 3, CONNECTION, "RemoteProtocolError"),
-    Retried("stall", False, 3, openai.APITimeoutError, "ReadTimeout",
-            params=(("max_ms", 10_000),), timeout=0.5),
+    Retried(
+        "stall",
+        False,
+        3,
+        openai.APITimeoutError,
+        "ReadTimeout",
+        params=(("max_ms", 10_000),),
+        timeout=0.5,
+    ),
 ]
 
 
@@ -370,10 +412,12 @@ def test_faults_before_a_usable_response_are_retried(server: ChaosServer) -> Non
 
     def one(index: int, case: Retried) -> dict[str, Any]:
         session = f"retried-{index}"
-        server.arm(case.fault, remaining=case.remaining, match={"session": session},
-                   **dict(case.params))
-        return observed(run(server, stream=case.stream, timeout=case.timeout,
-                            session=session), case.stream)
+        server.arm(
+            case.fault, remaining=case.remaining, match={"session": session}, **dict(case.params)
+        )
+        return observed(
+            run(server, stream=case.stream, timeout=case.timeout, session=session), case.stream
+        )
 
     with ThreadPoolExecutor(len(RETRIED)) as pool:
         futures = {case.id: pool.submit(one, i, case) for i, case in enumerate(RETRIED)}
@@ -382,25 +426,37 @@ def test_faults_before_a_usable_response_are_retried(server: ChaosServer) -> Non
     assert server.faults()["armed"] == []
 
 
-@pytest.mark.parametrize(("status", "cls", "attempts"), [
-    (400, openai.BadRequestError, 1), (401, openai.AuthenticationError, 1),
-    (403, openai.PermissionDeniedError, 1), (404, openai.NotFoundError, 1),
-    (408, openai.APIStatusError, 3), (409, openai.ConflictError, 3),
-    (422, openai.UnprocessableEntityError, 1), (500, openai.InternalServerError, 3),
-    (502, openai.InternalServerError, 3), (504, openai.InternalServerError, 3),
-    (529, openai.InternalServerError, 3)])
+@pytest.mark.parametrize(
+    ("status", "cls", "attempts"),
+    [
+        (400, openai.BadRequestError, 1),
+        (401, openai.AuthenticationError, 1),
+        (403, openai.PermissionDeniedError, 1),
+        (404, openai.NotFoundError, 1),
+        (408, openai.APIStatusError, 3),
+        (409, openai.ConflictError, 3),
+        (422, openai.UnprocessableEntityError, 1),
+        (500, openai.InternalServerError, 3),
+        (502, openai.InternalServerError, 3),
+        (504, openai.InternalServerError, 3),
+        (529, openai.InternalServerError, 3),
+    ],
+)
 def test_http_error_status_decides_retry_and_exception(
-        server: ChaosServer, status: int, cls: type[Exception], attempts: int) -> None:
+    server: ChaosServer, status: int, cls: type[Exception], attempts: int
+) -> None:
     # Raised by create() before any chunk: the same for a streaming request (see
     # test_faults_before_a_usable_response_are_retried).
-    server.arm("http_error", status=status, retry_after=0.1, remaining=3,
-               message=f"injected {status}")
+    server.arm(
+        "http_error", status=status, retry_after=0.1, remaining=3, message=f"injected {status}"
+    )
     out = run(server, stream=False)
     assert out.attempts == ["http_error"] * attempts
     error = assert_raised(out, cls, "create")
     assert isinstance(error, openai.APIStatusError)
-    assert error.status_code == status and error.message == f"Error code: {status} - " \
-        f"injected {status}"
+    assert (
+        error.status_code == status and error.message == f"Error code: {status} - injected {status}"
+    )
 
 
 # -- Retry-After --------------------------------------------------------------------------------

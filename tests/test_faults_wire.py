@@ -76,7 +76,7 @@ class Wire:
 
     @property
     def payloads(self) -> list[str]:
-        return [f.decode("utf-8")[len("data: "):].strip() for f in self.frames]
+        return [f.decode("utf-8")[len("data: ") :].strip() for f in self.frames]
 
     @property
     def chunk_payloads(self) -> list[dict[str, Any]]:
@@ -138,13 +138,13 @@ class _Reader:
             size = int(line.split(b";")[0], 16)
             if len(rest) < size + 2:
                 return
-            assert rest[size:size + 2] == b"\r\n", f"bad chunk framing: {bytes(self.buf)!r}"
+            assert rest[size : size + 2] == b"\r\n", f"bad chunk framing: {bytes(self.buf)!r}"
             if size == 0:
                 w.terminated = w.complete = True
             else:
                 w.chunks.append(rest[:size])
                 w.body += rest[:size]
-            self.buf[:] = rest[size + 2:]
+            self.buf[:] = rest[size + 2 :]
 
     def run(self, until_eof: bool) -> Wire:
         w = self.wire
@@ -180,19 +180,27 @@ class _Reader:
         return w
 
 
-def send_post(sock: socket.socket, body: dict[str, Any], *, path: str = "/v1/chat/completions",
-              headers: dict[str, str] | None = None) -> float:
+def send_post(
+    sock: socket.socket,
+    body: dict[str, Any],
+    *,
+    path: str = "/v1/chat/completions",
+    headers: dict[str, str] | None = None,
+) -> float:
     data = json.dumps(body).encode("utf-8")
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n"
+    )
     for name, value in (headers or {}).items():
         head += f"{name}: {value}\r\n"
     sock.sendall(head.encode("latin-1") + b"\r\n" + data)
     return time.monotonic()
 
 
-def read_wire(sock: socket.socket, sent_at: float, *, timeout: float = SOCKET_TIMEOUT,
-              until_eof: bool = False) -> Wire:
+def read_wire(
+    sock: socket.socket, sent_at: float, *, timeout: float = SOCKET_TIMEOUT, until_eof: bool = False
+) -> Wire:
     sock.settimeout(timeout)
     return _Reader(sock, sent_at).run(until_eof)
 
@@ -207,12 +215,22 @@ def connect(server: ChaosServer) -> Iterator[socket.socket]:
         sock.close()
 
 
-def call(server: ChaosServer, name: str = NAME, *, stream: bool, timeout: float = SOCKET_TIMEOUT,
-         until_eof: bool = False) -> Wire:
+def call(
+    server: ChaosServer,
+    name: str = NAME,
+    *,
+    stream: bool,
+    timeout: float = SOCKET_TIMEOUT,
+    until_eof: bool = False,
+) -> Wire:
     """One request of the recording `name` on a fresh connection."""
     with connect(server) as sock:
-        return read_wire(sock, send_post(sock, request_body(name, stream=stream)),
-                         timeout=timeout, until_eof=until_eof)
+        return read_wire(
+            sock,
+            send_post(sock, request_body(name, stream=stream)),
+            timeout=timeout,
+            until_eof=until_eof,
+        )
 
 
 def fault_of_last_request(server: ChaosServer) -> str | None:
@@ -235,7 +253,8 @@ def answer_bytes(name: str = NAME) -> bytes:
 
 def finishes(payload: dict[str, Any]) -> bool:
     return payload.get("choices") == [] or any(
-        c.get("finish_reason") for c in payload.get("choices") or [])
+        c.get("finish_reason") for c in payload.get("choices") or []
+    )
 
 
 # -- the unfaulted baseline the faults are measured against -------------------------------
@@ -274,7 +293,9 @@ def test_empty_response_stream(server: ChaosServer) -> None:
     payloads = wire.chunk_payloads
     # role delta, finish chunk, usage chunk (include_usage), then [DONE]: no content at all.
     assert [p["choices"][0]["delta"] for p in payloads[:2]] == [
-        {"role": "assistant", "content": None, "refusal": None}, {}]
+        {"role": "assistant", "content": None, "refusal": None},
+        {},
+    ]
     assert payloads[1]["choices"][0]["finish_reason"] == "stop"
     assert payloads[2]["choices"] == [] and payloads[2]["usage"] is not None
     assert wire.payloads[3:] == ["[DONE]"]
@@ -380,8 +401,9 @@ def test_error_in_200_stream_k_frames_then_error_frame(server: ChaosServer, k: i
     assert wire.status == 200 and wire.terminated
     assert wire.frames[:k] == full.frames[:k] and len(wire.frames) == k + 1
     assert wire.frames[k].startswith(b'data: {"error":')
-    assert json.loads(wire.payloads[k]) == {"error": {
-        "message": "boom", "type": "server_error", "param": None, "code": None}}
+    assert json.loads(wire.payloads[k]) == {
+        "error": {"message": "boom", "type": "server_error", "param": None, "code": None}
+    }
     assert "[DONE]" not in wire.payloads
 
 
@@ -416,19 +438,30 @@ def test_http_429_has_retry_after(server: ChaosServer, stream: bool) -> None:
     assert wire.json()["error"]["code"] == "rate_limit_exceeded"
 
 
-@pytest.mark.parametrize(("retry_after", "header", "header_ms"), [
-    (0, "0", "0"), (0.1, "1", "100"), (2.5, "3", "2500"), (30, "30", "30000")])
+@pytest.mark.parametrize(
+    ("retry_after", "header", "header_ms"),
+    [(0, "0", "0"), (0.1, "1", "100"), (2.5, "3", "2500"), (30, "30", "30000")],
+)
 def test_http_429_retry_after_header_is_whole_seconds_rounded_up(
-        server: ChaosServer, retry_after: float, header: str, header_ms: str) -> None:
+    server: ChaosServer, retry_after: float, header: str, header_ms: str
+) -> None:
     server.arm("http_429", retry_after=retry_after)
     wire = call(server, stream=False)
     assert (wire.headers["retry-after"], wire.headers["retry-after-ms"]) == (header, header_ms)
 
 
-@pytest.mark.parametrize(("status", "type_"), [
-    (500, "server_error"), (502, "server_error"), (504, "timeout"),
-    (400, "invalid_request_error"), (401, "invalid_request_error"),
-    (404, "invalid_request_error"), (529, "server_error")])
+@pytest.mark.parametrize(
+    ("status", "type_"),
+    [
+        (500, "server_error"),
+        (502, "server_error"),
+        (504, "timeout"),
+        (400, "invalid_request_error"),
+        (401, "invalid_request_error"),
+        (404, "invalid_request_error"),
+        (529, "server_error"),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
 def test_http_error_statuses(server: ChaosServer, status: int, type_: str, stream: bool) -> None:
     server.arm("http_error", status=status)
@@ -463,8 +496,9 @@ def test_malformed_tool_args_stream(server: ChaosServer) -> None:
     for payload in wire.chunk_payloads:
         for choice in payload["choices"]:
             for delta in choice["delta"].get("tool_calls") or []:
-                arguments[delta["index"]] = arguments.get(delta["index"], "") + \
-                    (delta.get("function") or {}).get("arguments", "")
+                arguments[delta["index"]] = arguments.get(delta["index"], "") + (
+                    delta.get("function") or {}
+                ).get("arguments", "")
     original = recording(TOOLS_STREAM)["response"]["body"]["choices"][0]["message"]["tool_calls"]
     assert len(arguments) == len(original) == 2
     for index, text in arguments.items():

@@ -26,8 +26,11 @@ def compute_hash(payload: dict[str, Any]) -> str:
     canonical = {
         "model": payload.get("model"),
         "messages": [
-            {k: v for k, v in msg.items() if k in {"role", "content", "name", "tool_call_id",
-                                                   "tool_calls"}}
+            {
+                k: v
+                for k, v in msg.items()
+                if k in {"role", "content", "name", "tool_call_id", "tool_calls"}
+            }
             for msg in payload.get("messages", [])
         ],
         "tool_choice": payload.get("tool_choice"),
@@ -36,21 +39,43 @@ def compute_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 
-ASK = {"model": "gpt-4o-mini", "messages": [
-    {"role": "system", "content": "You are DocsGPT."},
-    {"role": "user", "content": "Summarise the onboarding guide, please — briefly."}]}
-ANSWER = ("The onboarding guide covers **account setup**, the first project, and where to "
-          "ask for help. It takes about an hour.")
+ASK = {
+    "model": "gpt-4o-mini",
+    "messages": [
+        {"role": "system", "content": "You are DocsGPT."},
+        {"role": "user", "content": "Summarise the onboarding guide, please — briefly."},
+    ],
+}
+ANSWER = (
+    "The onboarding guide covers **account setup**, the first project, and where to "
+    "ask for help. It takes about an hour."
+)
 
-WEATHER = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "weather in London?"}],
-           "tool_choice": "auto"}
-WEATHER_CALL = {"id": "call_e2e_weather_1", "type": "function",
-                "function": {"name": "get_weather", "arguments": "{\"city\":\"London\"}"}}
+WEATHER = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "user", "content": "weather in London?"}],
+    "tool_choice": "auto",
+}
+WEATHER_CALL = {
+    "id": "call_e2e_weather_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city":"London"}'},
+}
 
 
 def write_fixture(directory: Path, request: dict[str, Any], fixture: dict[str, Any]) -> str:
@@ -63,17 +88,34 @@ def write_fixture(directory: Path, request: dict[str, Any], fixture: dict[str, A
 @pytest.fixture
 def fixtures_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "mock_llm_fixtures"
-    digest = write_fixture(directory, ASK, {
-        "request_digest": compute_hash(ASK),
-        "description": "Summary of the onboarding guide",
-        "response": {"content": ANSWER, "tool_calls": None, "finish_reason": "stop",
-                     "usage": {"prompt_tokens": 12, "completion_tokens": 34}}})
+    digest = write_fixture(
+        directory,
+        ASK,
+        {
+            "request_digest": compute_hash(ASK),
+            "description": "Summary of the onboarding guide",
+            "response": {
+                "content": ANSWER,
+                "tool_calls": None,
+                "finish_reason": "stop",
+                "usage": {"prompt_tokens": 12, "completion_tokens": 34},
+            },
+        },
+    )
     assert digest == compute_hash(ASK)
-    write_fixture(directory, WEATHER, {
-        "request_digest": compute_hash(WEATHER),
-        "description": "Agent calls the weather tool for 'weather in London?'",
-        "response": {"content": "", "tool_calls": [WEATHER_CALL],
-                     "finish_reason": "tool_calls"}})
+    write_fixture(
+        directory,
+        WEATHER,
+        {
+            "request_digest": compute_hash(WEATHER),
+            "description": "Agent calls the weather tool for 'weather in London?'",
+            "response": {
+                "content": "",
+                "tool_calls": [WEATHER_CALL],
+                "finish_reason": "tool_calls",
+            },
+        },
+    )
     (directory / "README.md").write_text("# Mock LLM fixtures\n", "utf-8")
     return directory
 
@@ -91,20 +133,38 @@ def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
 
 
 def test_the_loader_computes_the_documents_hash() -> None:
-    for request in (ASK, WEATHER, {"model": "m", "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "see"},
-                                         {"type": "image_url", "image_url": {"url": "x"}}],
-             "extra": 1}], "temperature": 0.3, "tools": TOOLS}):
+    for request in (
+        ASK,
+        WEATHER,
+        {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "see"},
+                        {"type": "image_url", "image_url": {"url": "x"}},
+                    ],
+                    "extra": 1,
+                }
+            ],
+            "temperature": 0.3,
+            "tools": TOOLS,
+        },
+    ):
         assert hashkeyed.request_digest(request) == compute_hash(request)
 
 
 def test_fixtures_load_keyed_by_their_hash(fixtures_dir: Path) -> None:
     store = RecordingStore.load([fixtures_dir])
     assert store.errors == []
-    assert sorted(e.digest for e in store.exchanges) == sorted([compute_hash(ASK),
-                                                                 compute_hash(WEATHER)])
-    assert all(e.keyed_by == Keying.HASH_KEYED and e.meta["format"] == "hash-keyed"
-               for e in store.exchanges)
+    assert sorted(e.digest for e in store.exchanges) == sorted(
+        [compute_hash(ASK), compute_hash(WEATHER)]
+    )
+    assert all(
+        e.keyed_by == Keying.HASH_KEYED and e.meta["format"] == "hash-keyed"
+        for e in store.exchanges
+    )
     assert store.by_digest == {}  # never matched by chaosllm's own digest
     names = {e.meta["description"] for e in store.exchanges}
     assert "Summary of the onboarding guide" in names
@@ -112,14 +172,18 @@ def test_fixtures_load_keyed_by_their_hash(fixtures_dir: Path) -> None:
 
 def test_content_fixture_as_json(sdk: openai.OpenAI, server: ChaosServer) -> None:
     # Sampling knobs and tools are not in the fixture hash: the same fixture answers.
-    completion = sdk.chat.completions.create(**ASK, temperature=0.2, seed=7, max_tokens=300,
-                                             tools=TOOLS)
+    completion = sdk.chat.completions.create(
+        **ASK, temperature=0.2, seed=7, max_tokens=300, tools=TOOLS
+    )
     choice = completion.choices[0]
     assert choice.message.content == ANSWER and choice.finish_reason == "stop"
     assert choice.message.tool_calls is None
     assert completion.usage is not None
-    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens,
-            completion.usage.total_tokens) == (12, 34, 46)
+    assert (
+        completion.usage.prompt_tokens,
+        completion.usage.completion_tokens,
+        completion.usage.total_tokens,
+    ) == (12, 34, 46)
     [entry] = server.requests()
     assert entry["match"] == "exact" and entry["recording"].endswith(compute_hash(ASK))
 
@@ -145,8 +209,7 @@ def test_tool_call_fixture_as_json(sdk: openai.OpenAI) -> None:
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "London"}
     usage = completion.usage
-    assert usage is not None and usage.total_tokens == usage.prompt_tokens \
-        + usage.completion_tokens
+    assert usage is not None and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
 def test_tool_call_fixture_streams_as_one_delta_then_finish(sdk: openai.OpenAI) -> None:
@@ -155,20 +218,28 @@ def test_tool_call_fixture_streams_as_one_delta_then_finish(sdk: openai.OpenAI) 
     assert len(chunks) == 2
     first, last = chunks[0].choices[0], chunks[1].choices[0]
     [call] = first.delta.tool_calls or []
-    assert (call.index, call.id, call.function and call.function.name) == \
-        (0, "call_e2e_weather_1", "get_weather")
-    assert call.function is not None and call.function.arguments == "{\"city\":\"London\"}"
+    assert (call.index, call.id, call.function and call.function.name) == (
+        0,
+        "call_e2e_weather_1",
+        "get_weather",
+    )
+    assert call.function is not None and call.function.arguments == '{"city":"London"}'
     assert first.finish_reason is None
     assert last.delta.content is None and not last.delta.tool_calls
     assert last.finish_reason == "tool_calls"
 
 
-def test_a_miss_logs_the_hash_line_and_the_request(fixtures_dir: Path,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_a_miss_logs_the_hash_line_and_the_request(
+    fixtures_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     unknown = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "unheard of"}]}
-    with ChaosServer(fixtures_dir, on_miss="fallback") as server, \
-            openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
-                          timeout=10) as sdk, caplog.at_level(logging.WARNING, "chaosllm"):
+    with (
+        ChaosServer(fixtures_dir, on_miss="fallback") as server,
+        openai.OpenAI(
+            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
+        ) as sdk,
+        caplog.at_level(logging.WARNING, "chaosllm"),
+    ):
         first = sdk.chat.completions.create(**unknown)
         second = sdk.chat.completions.create(**unknown)
     assert first.choices[0].message.content == second.choices[0].message.content
@@ -180,8 +251,9 @@ def test_a_miss_logs_the_hash_line_and_the_request(fixtures_dir: Path,
     assert dumped["messages"] == unknown["messages"]
 
 
-def test_a_miss_in_error_mode_names_the_fixture_hash(server: ChaosServer,
-                                                     sdk: openai.OpenAI) -> None:
+def test_a_miss_in_error_mode_names_the_fixture_hash(
+    server: ChaosServer, sdk: openai.OpenAI
+) -> None:
     unknown = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "unheard of"}]}
     with pytest.raises(openai.NotFoundError) as caught:
         sdk.chat.completions.create(**unknown)
@@ -192,11 +264,25 @@ def test_fixture_errors_say_what_is_wrong(tmp_path: Path) -> None:
     good = {"response": {"content": "hi"}}
     write_fixture(tmp_path / "d", {"model": "a", "messages": []}, good)
     (tmp_path / "d" / "not-a-hash.json").write_text(json.dumps(good), "utf-8")
-    write_fixture(tmp_path / "d", {"model": "b", "messages": []}, {"response": {
-        "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {
-            "name": "f", "arguments": {"city": "London"}}}]}})
-    write_fixture(tmp_path / "d", {"model": "c", "messages": []},
-                  {"response": {"finish_reason": "stop"}})
+    write_fixture(
+        tmp_path / "d",
+        {"model": "b", "messages": []},
+        {
+            "response": {
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": {"city": "London"}},
+                    }
+                ],
+            }
+        },
+    )
+    write_fixture(
+        tmp_path / "d", {"model": "c", "messages": []}, {"response": {"finish_reason": "stop"}}
+    )
     store = RecordingStore.load([tmp_path / "d"])
     assert len(store.exchanges) == 1
     problems = sorted(e.problem for e in store.errors)
@@ -206,8 +292,9 @@ def test_fixture_errors_say_what_is_wrong(tmp_path: Path) -> None:
 
 
 def test_total_tokens_is_recomputed_and_defaults_apply() -> None:
-    body = hashkeyed.completion({"content": "abcdefgh", "usage": {"prompt_tokens": 3,
-                                                                  "total_tokens": 99}}, "f" * 64)
+    body = hashkeyed.completion(
+        {"content": "abcdefgh", "usage": {"prompt_tokens": 3, "total_tokens": 99}}, "f" * 64
+    )
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     assert body["choices"][0]["finish_reason"] == "stop"
     frames = hashkeyed.stream_frames(hashkeyed.completion({"content": ""}, "e" * 64))

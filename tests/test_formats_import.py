@@ -27,14 +27,27 @@ from tests.test_formats_vcr import cassette
 def hashed(tmp_path: Path) -> Path:
     src = tmp_path / "src" / "mock_llm_fixtures"
     src.mkdir(parents=True)
-    for request, response in ((ASK, {"content": "Short answer.", "usage": {
-            "prompt_tokens": 4, "completion_tokens": 2}}),
-            (WEATHER, {"content": "", "finish_reason": "tool_calls", "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]})):
+    for request, response in (
+        (ASK, {"content": "Short answer.", "usage": {"prompt_tokens": 4, "completion_tokens": 2}}),
+        (
+            WEATHER,
+            {
+                "content": "",
+                "finish_reason": "tool_calls",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                    }
+                ],
+            },
+        ),
+    ):
         digest = compute_hash(request)
-        (src / f"{digest}.json").write_text(json.dumps({"request_digest": digest,
-                                                        "response": response}), "utf-8")
+        (src / f"{digest}.json").write_text(
+            json.dumps({"request_digest": digest, "response": response}), "utf-8"
+        )
     return src
 
 
@@ -43,8 +56,9 @@ def frames(server: ChaosServer, body: dict[str, object]) -> str:
         return client.post("/chat/completions", json={**body, "stream": True}).text
 
 
-def test_hash_keyed_import_replays_identically(hashed: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_hash_keyed_import_replays_identically(
+    hashed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dest = tmp_path / "native"
     assert main(["import", "hash-keyed", str(hashed), str(dest)]) == 0
     assert "imported 2 recordings (hash-keyed)" in capsys.readouterr().out
@@ -58,10 +72,10 @@ def test_hash_keyed_import_replays_identically(hashed: Path, tmp_path: Path,
     with ChaosServer(hashed) as before, ChaosServer(dest) as after:
         for body in (ASK, WEATHER):
             assert frames(before, body) == frames(after, body)
-        with openai.OpenAI(base_url=after.base_url, api_key="sk-test", max_retries=0,
-                           timeout=10) as sdk:
-            assert sdk.chat.completions.create(**ASK).choices[0].message.content == \
-                "Short answer."
+        with openai.OpenAI(
+            base_url=after.base_url, api_key="sk-test", max_retries=0, timeout=10
+        ) as sdk:
+            assert sdk.chat.completions.create(**ASK).choices[0].message.content == "Short answer."
 
 
 def test_trace_import_keeps_order_and_extras(tmp_path: Path) -> None:
@@ -73,11 +87,17 @@ def test_trace_import_keeps_order_and_extras(tmp_path: Path) -> None:
     assert result.errors == [] and len(result.written) == 6
     store = RecordingStore.load([tmp_path / "native"])
     assert store.errors == []
-    assert store.sequence_scenarios == {"advanced/steering": "advanced-steering",
-                                        "recorded": "recorded-claude-3-5-sonnet"}
+    assert store.sequence_scenarios == {
+        "advanced/steering": "advanced-steering",
+        "recorded": "recorded-claude-3-5-sonnet",
+    }
     assert store.scenario_info["recorded"]["http_exchanges"] == RECORDED["http_exchanges"]
-    with ChaosServer(tmp_path / "native") as server, openai.OpenAI(
-            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10) as sdk:
+    with (
+        ChaosServer(tmp_path / "native") as server,
+        openai.OpenAI(
+            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
+        ) as sdk,
+    ):
         ask = [{"role": "user", "content": "Write hello to /tmp/test.txt"}]
         first = sdk.chat.completions.create(model="advanced-steering", messages=ask)
         second = sdk.chat.completions.create(model="advanced-steering", messages=ask)
@@ -90,16 +110,21 @@ def test_vcr_import_replays(tmp_path: Path) -> None:
     src.mkdir()
     (src / "chat.yaml").write_text(yaml.dump(cassette()), "utf-8")
     result = import_recordings("vcr", src / "chat.yaml", tmp_path / "native")
-    assert [p.relative_to(tmp_path / "native").as_posix() for p in result.written] == \
-        ["chat/0001.json", "chat/0002.json"]
+    assert [p.relative_to(tmp_path / "native").as_posix() for p in result.written] == [
+        "chat/0001.json",
+        "chat/0002.json",
+    ]
     with ChaosServer(src) as before, ChaosServer(tmp_path / "native") as after:
-        body = {"model": "gpt-4o-mini", "messages": [{"role": "user",
-                                                      "content": "Count to three."}]}
+        body = {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": "Count to three."}],
+        }
         assert frames(before, body) == frames(after, body)
 
 
-def test_existing_files_are_kept_unless_forced(hashed: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_existing_files_are_kept_unless_forced(
+    hashed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dest = tmp_path / "native"
     assert main(["import", "hash-keyed", str(hashed), str(dest)]) == 0
     assert main(["import", "hash-keyed", str(hashed), str(dest)]) == 1
@@ -107,8 +132,9 @@ def test_existing_files_are_kept_unless_forced(hashed: Path, tmp_path: Path,
     assert main(["import", "hash-keyed", "--force", str(hashed), str(dest)]) == 0
 
 
-def test_wrong_format_and_escaping_paths_are_refused(hashed: Path, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_wrong_format_and_escaping_paths_are_refused(
+    hashed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["import", "trace", str(hashed), str(tmp_path / "a")]) == 1
     assert "not a trace file (it looks like a hash-keyed file)" in capsys.readouterr().err
     outside = tmp_path / "outside"

@@ -26,13 +26,25 @@ STEERING = {
                 {
                     "response": {
                         "type": "tool_calls",
-                        "tool_calls": [{"id": "c1", "name": "write_file", "arguments": {
-                            "path": "/tmp/test.txt", "content": "hello"}}],
-                        "input_tokens": 60, "output_tokens": 20,
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "name": "write_file",
+                                "arguments": {"path": "/tmp/test.txt", "content": "hello"},
+                            }
+                        ],
+                        "input_tokens": 60,
+                        "output_tokens": 20,
                     }
                 },
-                {"response": {"type": "text", "content": "Done.", "input_tokens": 80,
-                              "output_tokens": 5}},
+                {
+                    "response": {
+                        "type": "text",
+                        "content": "Done.",
+                        "input_tokens": 80,
+                        "output_tokens": 5,
+                    }
+                },
             ],
         },
         {
@@ -41,13 +53,25 @@ STEERING = {
                 {
                     "response": {
                         "type": "tool_calls",
-                        "tool_calls": [{"id": "c2", "name": "write_file", "arguments": {
-                            "path": "/tmp/test.txt", "content": "goodbye"}}],
-                        "input_tokens": 100, "output_tokens": 20,
+                        "tool_calls": [
+                            {
+                                "id": "c2",
+                                "name": "write_file",
+                                "arguments": {"path": "/tmp/test.txt", "content": "goodbye"},
+                            }
+                        ],
+                        "input_tokens": 100,
+                        "output_tokens": 20,
                     }
                 },
-                {"response": {"type": "text", "content": "Updated.", "input_tokens": 120,
-                              "output_tokens": 5}},
+                {
+                    "response": {
+                        "type": "text",
+                        "content": "Updated.",
+                        "input_tokens": 120,
+                        "output_tokens": 5,
+                    }
+                },
             ],
         },
     ],
@@ -63,16 +87,19 @@ TOOL_ECHO = {
                     "request_hint": {"last_user_message_contains": "echo"},
                     "response": {
                         "type": "tool_calls",
-                        "tool_calls": [{"id": "call_echo_1", "name": "echo",
-                                        "arguments": {"message": "hello"}}],
-                        "input_tokens": 60, "output_tokens": 20,
+                        "tool_calls": [
+                            {"id": "call_echo_1", "name": "echo", "arguments": {"message": "hello"}}
+                        ],
+                        "input_tokens": 60,
+                        "output_tokens": 20,
                     },
                 },
                 {
                     "response": {
                         "type": "text",
                         "content": "The echo tool returned: hello",
-                        "input_tokens": 80, "output_tokens": 15,
+                        "input_tokens": 80,
+                        "output_tokens": 15,
                     }
                 },
             ],
@@ -88,19 +115,24 @@ RECORDED = {
     "http_exchanges": [
         {
             "request": {"method": "GET", "url": "https://api.example.com/time"},
-            "response": {"status": 200, "body": "{\"time\": \"14:30\"}"},
+            "response": {"status": 200, "body": '{"time": "14:30"}'},
         }
     ],
     "steps": [
         {"response": {"type": "user_input", "content": "What time is it?"}},
         {
-            "request_hint": {"last_user_message_contains": "What time is it?",
-                             "min_message_count": 2},
+            "request_hint": {
+                "last_user_message_contains": "What time is it?",
+                "min_message_count": 2,
+            },
             "response": {
                 "type": "tool_calls",
                 "tool_calls": [
-                    {"id": "call_http_1", "name": "http",
-                     "arguments": {"url": "https://api.example.com/time"}}
+                    {
+                        "id": "call_http_1",
+                        "name": "http",
+                        "arguments": {"url": "https://api.example.com/time"},
+                    }
                 ],
                 "input_tokens": 60,
                 "output_tokens": 20,
@@ -109,8 +141,11 @@ RECORDED = {
         {
             "request_hint": {"min_message_count": 4},
             "expected_tool_results": [
-                {"tool_call_id": "call_http_1", "name": "http",
-                 "content": "{\"status\":200,\"body\":{\"time\":\"14:30\"}}"}
+                {
+                    "tool_call_id": "call_http_1",
+                    "name": "http",
+                    "content": '{"status":200,"body":{"time":"14:30"}}',
+                }
             ],
             "response": {
                 "type": "text",
@@ -147,8 +182,13 @@ def server(traces: Path) -> Iterator[ChaosServer]:
 
 
 def sdk_for(server: ChaosServer, session: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
-                         timeout=10, default_headers={"X-Chaosllm-Session": session})
+    return openai.OpenAI(
+        base_url=server.base_url,
+        api_key="sk-test",
+        max_retries=0,
+        timeout=10,
+        default_headers={"X-Chaosllm-Session": session},
+    )
 
 
 def tool_result(call: Any, content: str) -> dict[str, Any]:
@@ -162,9 +202,11 @@ def assistant(message: Any) -> dict[str, Any]:
 def test_traces_load_as_ordered_scenarios(traces: Path) -> None:
     store = RecordingStore.load([traces])
     assert store.errors == []
-    assert store.sequence_scenarios == {"advanced/steering": "advanced-steering",
-                                        "recorded_time": "recorded-claude-3-5-sonnet",
-                                        "spot/tool_echo": "spot-tool-echo"}
+    assert store.sequence_scenarios == {
+        "advanced/steering": "advanced-steering",
+        "recorded_time": "recorded-claude-3-5-sonnet",
+        "spot/tool_echo": "spot-tool-echo",
+    }
     steering = store.by_scenario["advanced/steering"]
     assert [e.name for e in steering] == [f"advanced/steering/000{i}" for i in range(1, 5)]
     assert all(e.keyed_by == Keying.SEQUENCE for e in store.exchanges)
@@ -194,15 +236,25 @@ def run_steering(client: openai.OpenAI, model: str) -> list[Any]:
 def test_steering_replays_in_order_through_the_sdk(server: ChaosServer) -> None:
     with sdk_for(server, "steer") as client:
         answers = run_steering(client, "advanced-steering")
-    assert [a.choices[0].finish_reason for a in answers] == \
-        ["tool_calls", "stop", "tool_calls", "stop"]
+    assert [a.choices[0].finish_reason for a in answers] == [
+        "tool_calls",
+        "stop",
+        "tool_calls",
+        "stop",
+    ]
     first_call = (answers[0].choices[0].message.tool_calls or [])[0]
     assert first_call.id == "c1" and first_call.function.name == "write_file"
-    assert json.loads(first_call.function.arguments) == {"path": "/tmp/test.txt",
-                                                         "content": "hello"}
+    assert json.loads(first_call.function.arguments) == {
+        "path": "/tmp/test.txt",
+        "content": "hello",
+    }
     assert answers[1].choices[0].message.content == "Done."
-    assert json.loads((answers[2].choices[0].message.tool_calls or [])[0].function.arguments)[
-        "content"] == "goodbye"
+    assert (
+        json.loads((answers[2].choices[0].message.tool_calls or [])[0].function.arguments)[
+            "content"
+        ]
+        == "goodbye"
+    )
     assert answers[3].choices[0].message.content == "Updated."
     assert answers[0].usage is not None and answers[0].usage.prompt_tokens == 60
     journal = server.requests("steer")
@@ -214,43 +266,59 @@ def test_more_llm_calls_than_steps_is_a_clear_error(server: ChaosServer) -> None
     with sdk_for(server, "extra") as client:
         run_steering(client, "advanced-steering")
         with pytest.raises(openai.NotFoundError) as caught:
-            client.chat.completions.create(model="advanced-steering", messages=[
-                {"role": "user", "content": "and once more?"}])
+            client.chat.completions.create(
+                model="advanced-steering", messages=[{"role": "user", "content": "and once more?"}]
+            )
     assert "More LLM calls than the trace 'advanced/steering' has steps" in str(caught.value)
     assert "this is call 5" in str(caught.value)
 
 
 def test_sessions_follow_their_trace_independently(server: ChaosServer) -> None:
     with sdk_for(server, "a") as a, sdk_for(server, "b") as b:
-        first_a = a.chat.completions.create(model="advanced-steering", messages=[
-            {"role": "user", "content": "Write hello to /tmp/test.txt"}])
-        first_b = b.chat.completions.create(model="advanced-steering", messages=[
-            {"role": "user", "content": "Write hello to /tmp/test.txt"}])
+        first_a = a.chat.completions.create(
+            model="advanced-steering",
+            messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
+        )
+        first_b = b.chat.completions.create(
+            model="advanced-steering",
+            messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
+        )
     assert (first_a.choices[0].message.tool_calls or [])[0].id == "c1"
     assert (first_b.choices[0].message.tool_calls or [])[0].id == "c1"
 
 
 def test_stream_replay_of_a_trace_step(server: ChaosServer) -> None:
-    with sdk_for(server, "stream") as client, client.chat.completions.create(
-            model="spot-tool-echo", stream=True,
-            messages=[{"role": "user", "content": "Please echo hello for me"}]) as stream:
+    with (
+        sdk_for(server, "stream") as client,
+        client.chat.completions.create(
+            model="spot-tool-echo",
+            stream=True,
+            messages=[{"role": "user", "content": "Please echo hello for me"}],
+        ) as stream,
+    ):
         chunks = list(stream)
-    calls = [c for chunk in chunks for choice in chunk.choices
-             for c in choice.delta.tool_calls or []]
+    calls = [
+        c for chunk in chunks for choice in chunk.choices for c in choice.delta.tool_calls or []
+    ]
     assert calls[0].id == "call_echo_1"
-    assert json.loads("".join(c.function.arguments or "" for c in calls if c.function)) == \
-        {"message": "hello"}
+    assert json.loads("".join(c.function.arguments or "" for c in calls if c.function)) == {
+        "message": "hello"
+    }
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_tool_echo_with_hint_satisfied_and_mismatched(server: ChaosServer) -> None:
     with sdk_for(server, "ok") as client:
-        first = client.chat.completions.create(model="spot-tool-echo", messages=[
-            {"role": "user", "content": "Please echo hello for me"}])
+        first = client.chat.completions.create(
+            model="spot-tool-echo",
+            messages=[{"role": "user", "content": "Please echo hello for me"}],
+        )
     assert server.requests("ok")[0]["findings"] == []
     with sdk_for(server, "hint") as client:
-        mismatched = client.chat.completions.create(model="spot-tool-echo", messages=[
-            {"role": "user", "content": "Please say hello for me"}])
+        mismatched = client.chat.completions.create(
+            model="spot-tool-echo",
+            messages=[{"role": "user", "content": "Please say hello for me"}],
+        )
     # A hint is soft: the call is answered, and the mismatch is in the journal.
     assert mismatched.choices[0].message.tool_calls == first.choices[0].message.tool_calls
     [finding] = server.requests("hint")[0]["findings"]
@@ -263,14 +331,11 @@ def test_tool_echo_with_hint_satisfied_and_mismatched(server: ChaosServer) -> No
 
 def recorded_flow(client: openai.OpenAI, tool_output: str) -> Any:
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What time is it?"}]
-    first = client.chat.completions.create(model="recorded-claude-3-5-sonnet",
-                                           messages=messages)
+    first = client.chat.completions.create(model="recorded-claude-3-5-sonnet", messages=messages)
     message = first.choices[0].message
     messages.append(assistant(message))
-    messages.append({**tool_result((message.tool_calls or [])[0], tool_output),
-                     "name": "http"})
-    return client.chat.completions.create(model="recorded-claude-3-5-sonnet",
-                                          messages=messages)
+    messages.append({**tool_result((message.tool_calls or [])[0], tool_output), "name": "http"})
+    return client.chat.completions.create(model="recorded-claude-3-5-sonnet", messages=messages)
 
 
 def test_recorded_legacy_trace_checks_expected_tool_results(server: ChaosServer) -> None:
@@ -295,38 +360,50 @@ def test_memory_snapshot_and_http_exchanges_are_kept(server: ChaosServer) -> Non
     assert info["model_name"] == "recorded-claude-3-5-sonnet" and info["layout"] == "steps"
     steering = listing["scenarios"]["advanced/steering"]
     assert [t["user_input"] for t in steering["turns"]] == [
-        "Write hello to /tmp/test.txt", "Actually, change it to goodbye"]
+        "Write hello to /tmp/test.txt",
+        "Actually, change it to goodbye",
+    ]
 
 
 def test_a_single_trace_needs_no_model_name(tmp_path: Path) -> None:
     write(tmp_path, "echo", TOOL_ECHO)
     with ChaosServer(tmp_path) as server, sdk_for(server, "s") as client:
-        answer = client.chat.completions.create(model="gpt-4o-mini", messages=[
-            {"role": "user", "content": "Please echo hello for me"}])
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "Please echo hello for me"}]
+        )
         assert (answer.choices[0].message.tool_calls or [])[0].id == "call_echo_1"
 
 
 def test_several_traces_and_an_unknown_model_say_how_to_choose(server: ChaosServer) -> None:
     with sdk_for(server, "which") as client, pytest.raises(openai.NotFoundError) as caught:
-        client.chat.completions.create(model="gpt-4o-mini", messages=[
-            {"role": "user", "content": "hi"}])
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+        )
     message = str(caught.value)
     assert "POST /__scenario" in message and "advanced/steering" in message
     server.use_scenario("advanced/steering", "which")
     with sdk_for(server, "which") as client:
-        answer = client.chat.completions.create(model="gpt-4o-mini", messages=[
-            {"role": "user", "content": "Write hello to /tmp/test.txt"}])
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
+        )
     assert (answer.choices[0].message.tool_calls or [])[0].id == "c1"
 
 
 def test_bad_traces_are_reported(tmp_path: Path) -> None:
     write(tmp_path, "no_model", {"turns": []})
-    write(tmp_path, "bad_type", {"model_name": "m", "steps": [
-        {"response": {"type": "image", "content": "x"}}]})
-    write(tmp_path, "only_markers", {"model_name": "m", "steps": [
-        {"response": {"type": "user_input", "content": "x"}}]})
+    write(
+        tmp_path,
+        "bad_type",
+        {"model_name": "m", "steps": [{"response": {"type": "image", "content": "x"}}]},
+    )
+    write(
+        tmp_path,
+        "only_markers",
+        {"model_name": "m", "steps": [{"response": {"type": "user_input", "content": "x"}}]},
+    )
     store = RecordingStore.load([tmp_path])
     problems = {Path(e.path).stem: e.problem for e in store.errors}
     assert '"model_name" is required' in problems["no_model"]
-    assert "must be \"text\", \"tool_calls\" or \"user_input\"" in problems["bad_type"]
+    assert 'must be "text", "tool_calls" or "user_input"' in problems["bad_type"]
     assert "nothing to replay" in problems["only_markers"]

@@ -7,8 +7,15 @@ from chaosllm.model import Outcome
 
 
 def add(journal: Journal, session: str | None = None) -> int:
-    entry = journal.add(session=session, method="POST", path="/v1/chat/completions",
-                        model="m", stream=False, digest="d", status=200)
+    entry = journal.add(
+        session=session,
+        method="POST",
+        path="/v1/chat/completions",
+        model="m",
+        stream=False,
+        digest="d",
+        status=200,
+    )
     return entry.seq
 
 

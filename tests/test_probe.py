@@ -47,16 +47,33 @@ def test_naive_sdk_client_matrix() -> None:
 def test_resilient_client_matrix_and_reports(tmp_path: Path) -> None:
     json_path, html_path = tmp_path / "probe.json", tmp_path / "probe.html"
     result = subprocess.run(
-        [sys.executable, "-m", "chaosllm", "probe", "--timeout", "15", "--jobs", "3",
-         "--json", str(json_path), "--html", str(html_path), "--strict", "--",
-         sys.executable, str(EXAMPLES / "resilient_client.py")],
-        capture_output=True, text=True, timeout=230)
+        [
+            sys.executable,
+            "-m",
+            "chaosllm",
+            "probe",
+            "--timeout",
+            "15",
+            "--jobs",
+            "3",
+            "--json",
+            str(json_path),
+            "--html",
+            str(html_path),
+            "--strict",
+            "--",
+            sys.executable,
+            str(EXAMPLES / "resilient_client.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "27 recovered, 1 not fired" in result.stdout
     report = json.loads(json_path.read_text())
     matrix = {(r["fault"]["type"], r["variant"]): r["verdict"] for r in report["runs"]}
-    assert matrix == {(f, v): verdict for f, row in RESILIENT.items()
-                      for v, verdict in row.items()}
+    assert matrix == {(f, v): verdict for f, row in RESILIENT.items() for v, verdict in row.items()}
     page = html_path.read_text()
     assert page.startswith("<!doctype html>") and "recovered" in page
     assert "http://" not in page.split("<script")[0] or "src=" not in page
@@ -78,7 +95,12 @@ def test_a_hanging_program_is_killed_and_reported(tmp_path: Path) -> None:
         "{'role': 'system', 'content': 'You are a helpful assistant.'},"
         "{'role': 'user', 'content': 'What is the capital of France?'}]}\n"
         "print(httpx.post(url, json=body, timeout=None).json()['choices'][0]['message']"
-        "['content'])\n")
-    report = probe([sys.executable, str(script)], faults=[{"type": "stall", "max_ms": 60000}],
-                   variants=["json"], timeout=3)
+        "['content'])\n"
+    )
+    report = probe(
+        [sys.executable, str(script)],
+        faults=[{"type": "stall", "max_ms": 60000}],
+        variants=["json"],
+        timeout=3,
+    )
     assert report.matrix() == {"stall": {"json": "hung"}}

@@ -15,8 +15,17 @@ from chaosllm.pytest_plugin import ChaosHandle
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-FAULTS = [{"type": t} for t in ("http_503", "dropped_connection", "truncated_stream",
-                                "error_in_200", "connection_reset", "empty_response")]
+FAULTS = [
+    {"type": t}
+    for t in (
+        "http_503",
+        "dropped_connection",
+        "truncated_stream",
+        "error_in_200",
+        "connection_reset",
+        "empty_response",
+    )
+]
 COMMON = {
     "http_503": {"json": "recovered", "stream": "recovered"},
     "dropped_connection": {"json": "recovered", "stream": "failed cleanly"},
@@ -28,23 +37,29 @@ COMMON = {
 
 @pytest.mark.timeout(120)
 def test_probe_an_anthropic_client() -> None:
-    report = probe([sys.executable, str(EXAMPLES / "anthropic_client.py")], faults=FAULTS,
-                   timeout=15, jobs=3)
+    report = probe(
+        [sys.executable, str(EXAMPLES / "anthropic_client.py")], faults=FAULTS, timeout=15, jobs=3
+    )
     assert "answer: The capital of France is Paris." in report.baseline.stdout
     # Anthropic's SDK raises on an `event: error` mid-stream.
-    assert report.matrix() == {**COMMON, "error_in_200": {"json": "failed cleanly",
-                                                          "stream": "failed cleanly"}}
+    assert report.matrix() == {
+        **COMMON,
+        "error_in_200": {"json": "failed cleanly", "stream": "failed cleanly"},
+    }
 
 
 @pytest.mark.timeout(120)
 def test_probe_a_responses_client() -> None:
-    report = probe([sys.executable, str(EXAMPLES / "responses_client.py")], faults=FAULTS,
-                   timeout=15, jobs=3)
+    report = probe(
+        [sys.executable, str(EXAMPLES / "responses_client.py")], faults=FAULTS, timeout=15, jobs=3
+    )
     assert "answer: " in report.baseline.stdout
     # The openai SDK's raw Responses stream passes an `error` event through: the naive
     # client prints what it had and exits 0.
-    assert report.matrix() == {**COMMON, "error_in_200": {"json": "failed cleanly",
-                                                          "stream": "wrong answer"}}
+    assert report.matrix() == {
+        **COMMON,
+        "error_in_200": {"json": "failed cleanly", "stream": "wrong answer"},
+    }
 
 
 def test_fixture_gives_an_anthropic_client(chaosllm: ChaosHandle) -> None:
@@ -52,7 +67,10 @@ def test_fixture_gives_an_anthropic_client(chaosllm: ChaosHandle) -> None:
     assert chaosllm.env["ANTHROPIC_BASE_URL"] == chaosllm.url
     with chaosllm.anthropic(max_retries=1) as client:
         reply = client.messages.create(
-            model="claude-sonnet-4-6", max_tokens=1024, system="You are a concise assistant.",
-            messages=[{"role": "user", "content": "What is the capital of France?"}])
+            model="claude-sonnet-4-6",
+            max_tokens=1024,
+            system="You are a concise assistant.",
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )
     assert reply.content[0].text
     assert [e["status"] for e in chaosllm.requests()] == [529, 200]

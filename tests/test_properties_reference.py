@@ -34,18 +34,17 @@ from resilient_client import ResilientClient, RetryBudgetExceeded
 pytestmark = pytest.mark.slow
 
 MAX_ATTEMPTS = 4
-PROPERTY = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 # Small values keep the suite fast: a stall lasts longer than one attempt may.
-SCHEDULE_OPTIONS: dict[str, Any] = {"max_retry_after": 0.05, "max_delay_ms": 20,
-                                    "stall_ms": 5000}
+SCHEDULE_OPTIONS: dict[str, Any] = {"max_retry_after": 0.05, "max_delay_ms": 20, "stall_ms": 5000}
 DESTROYING = [t for t, spec in FAULT_TYPES.items() if not spec.delivers_answer]
 
 TOOL_REQUEST = request_body("tool-call/0001", stream=False)
 TOOL_ANSWER = recording("tool-call/0001")["response"]["body"]["choices"][0]["message"]
 STREAM_REQUEST = request_body("knowledge/0006", stream=False)
-STREAM_ANSWER = recording("knowledge/0006")["response"]["body"]["choices"][0]["message"][
-    "content"]
+STREAM_ANSWER = recording("knowledge/0006")["response"]["body"]["choices"][0]["message"]["content"]
 
 
 @pytest.fixture
@@ -55,8 +54,9 @@ def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
 
 
 def resilient(sdk: openai.OpenAI) -> ResilientClient:
-    return ResilientClient(sdk, max_attempts=MAX_ATTEMPTS, attempt_timeout=0.5,
-                           total_timeout=15, backoff=0.001)
+    return ResilientClient(
+        sdk, max_attempts=MAX_ATTEMPTS, attempt_timeout=0.5, total_timeout=15, backoff=0.001
+    )
 
 
 def expected_attempts(schedule: list[dict[str, Any]]) -> int:
@@ -73,7 +73,8 @@ def expected_attempts(schedule: list[dict[str, Any]]) -> int:
 @PROPERTY
 @given(schedule=fault_schedules(max_faults=MAX_ATTEMPTS - 1, **SCHEDULE_OPTIONS))
 def test_json_within_budget_returns_the_fault_free_answer(
-        server: ChaosServer, sdk: openai.OpenAI, schedule: list[dict[str, Any]]) -> None:
+    server: ChaosServer, sdk: openai.OpenAI, schedule: list[dict[str, Any]]
+) -> None:
     server.reset()
     server.arm(schedule)
     client = resilient(sdk)
@@ -86,11 +87,16 @@ def test_json_within_budget_returns_the_fault_free_answer(
 
 
 @PROPERTY
-@given(schedule=fault_schedules(max_faults=MAX_ATTEMPTS - 1,
-                                types=[t for t in FAULT_TYPES if t != "malformed_tool_args"],
-                                **SCHEDULE_OPTIONS))
+@given(
+    schedule=fault_schedules(
+        max_faults=MAX_ATTEMPTS - 1,
+        types=[t for t in FAULT_TYPES if t != "malformed_tool_args"],
+        **SCHEDULE_OPTIONS,
+    )
+)
 def test_stream_within_budget_returns_the_fault_free_text(
-        server: ChaosServer, sdk: openai.OpenAI, schedule: list[dict[str, Any]]) -> None:
+    server: ChaosServer, sdk: openai.OpenAI, schedule: list[dict[str, Any]]
+) -> None:
     server.reset()
     server.arm(schedule)
     text = call_within(20, resilient(sdk).stream_text, STREAM_REQUEST)
@@ -102,11 +108,17 @@ def test_stream_within_budget_returns_the_fault_free_text(
 
 
 @PROPERTY
-@given(schedule=fault_schedules(min_faults=MAX_ATTEMPTS, max_faults=MAX_ATTEMPTS + 1,
-                                types=[t for t in DESTROYING if t != "malformed_tool_args"],
-                                **SCHEDULE_OPTIONS))
-def test_beyond_budget_fails_cleanly(server: ChaosServer, sdk: openai.OpenAI,
-                                     schedule: list[dict[str, Any]]) -> None:
+@given(
+    schedule=fault_schedules(
+        min_faults=MAX_ATTEMPTS,
+        max_faults=MAX_ATTEMPTS + 1,
+        types=[t for t in DESTROYING if t != "malformed_tool_args"],
+        **SCHEDULE_OPTIONS,
+    )
+)
+def test_beyond_budget_fails_cleanly(
+    server: ChaosServer, sdk: openai.OpenAI, schedule: list[dict[str, Any]]
+) -> None:
     server.reset()
     server.arm(schedule)
     with pytest.raises(RetryBudgetExceeded) as info:
@@ -119,8 +131,11 @@ def test_beyond_budget_fails_cleanly(server: ChaosServer, sdk: openai.OpenAI,
 @PROPERTY
 @given(schedule=fault_schedules(max_faults=MAX_ATTEMPTS - 1, **SCHEDULE_OPTIONS))
 def test_agent_loop_never_executes_a_tool_call_twice(
-        server: ChaosServer, sdk: openai.OpenAI, schedule: list[dict[str, Any]],
-        capsys: pytest.CaptureFixture[str]) -> None:
+    server: ChaosServer,
+    sdk: openai.OpenAI,
+    schedule: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     server.reset()
     server.arm(schedule)
     agent_flow.executed_tool_calls.clear()
@@ -139,8 +154,9 @@ def test_non_retryable_status_fails_at_once(server: ChaosServer, sdk: openai.Ope
     assert_attempts(server.requests(), 1)
 
 
-def test_a_retry_after_past_the_deadline_fails_at_once(server: ChaosServer,
-                                                       sdk: openai.OpenAI) -> None:
+def test_a_retry_after_past_the_deadline_fails_at_once(
+    server: ChaosServer, sdk: openai.OpenAI
+) -> None:
     server.arm("http_429", retry_after=60)
     client = ResilientClient(sdk, max_attempts=4, total_timeout=2)
     with pytest.raises(RetryBudgetExceeded, match="would pass the deadline"):

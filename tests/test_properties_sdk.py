@@ -28,8 +28,9 @@ from tests.conftest import recording, request_body
 
 pytestmark = pytest.mark.slow
 
-FAST = settings(max_examples=15, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 RETRYABLE = [408, 409, 429, 500, 502, 503, 504]
 NON_RETRYABLE = [400, 401, 403, 404, 422]
 JSON_BODY = request_body("simple-chat/0001", stream=False)
@@ -38,8 +39,9 @@ ANSWER = recording("simple-chat/0001")["response"]["body"]["choices"][0]["messag
 
 
 def client(server: ChaosServer, max_retries: int, **kwargs: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=max_retries,
-                         timeout=5, **kwargs)
+    return openai.OpenAI(
+        base_url=server.base_url, api_key="sk-test", max_retries=max_retries, timeout=5, **kwargs
+    )
 
 
 def arm_statuses(server: ChaosServer, status: int, k: int, retry_after: float = 0.01) -> None:
@@ -49,8 +51,9 @@ def arm_statuses(server: ChaosServer, status: int, k: int, retry_after: float = 
 
 @FAST
 @given(k=st.integers(0, 3), m=st.integers(0, 3), status=st.sampled_from(RETRYABLE))
-def test_retryable_status_k_times_with_max_retries_m(server: ChaosServer, k: int, m: int,
-                                                      status: int) -> None:
+def test_retryable_status_k_times_with_max_retries_m(
+    server: ChaosServer, k: int, m: int, status: int
+) -> None:
     """The server sees min(k, m) + 1 attempts; the call succeeds iff k <= m."""
     server.reset()
     arm_statuses(server, status, k)
@@ -67,8 +70,7 @@ def test_retryable_status_k_times_with_max_retries_m(server: ChaosServer, k: int
 
 @FAST
 @given(status=st.sampled_from(NON_RETRYABLE), m=st.integers(1, 3))
-def test_non_retryable_statuses_are_not_retried(server: ChaosServer, status: int,
-                                                m: int) -> None:
+def test_non_retryable_statuses_are_not_retried(server: ChaosServer, status: int, m: int) -> None:
     server.reset()
     arm_statuses(server, status, 3)
     with client(server, m) as sdk, pytest.raises(openai.APIStatusError) as info:
@@ -150,10 +152,14 @@ def test_error_in_200_json_is_returned_as_a_hollow_completion(server: ChaosServe
 
 
 @FAST
-@given(k=st.integers(0, 3), m=st.integers(0, 3),
-       fault=st.sampled_from(["empty_reply", "connection_reset", "dropped_connection"]))
-def test_connection_failures_before_an_answer_are_retried(server: ChaosServer, k: int, m: int,
-                                                          fault: str) -> None:
+@given(
+    k=st.integers(0, 3),
+    m=st.integers(0, 3),
+    fault=st.sampled_from(["empty_reply", "connection_reset", "dropped_connection"]),
+)
+def test_connection_failures_before_an_answer_are_retried(
+    server: ChaosServer, k: int, m: int, fault: str
+) -> None:
     """Like a retryable status: min(k, m) + 1 attempts, success iff k <= m (JSON requests,
     where nothing reached the caller before the failure)."""
     server.reset()
@@ -161,8 +167,10 @@ def test_connection_failures_before_an_answer_are_retried(server: ChaosServer, k
         server.arm(fault, remaining=k)
     with client(server, m) as sdk:
         if k <= m:
-            assert call_within(20, sdk.chat.completions.create, **JSON_BODY) \
-                .choices[0].message.content == ANSWER
+            assert (
+                call_within(20, sdk.chat.completions.create, **JSON_BODY).choices[0].message.content
+                == ANSWER
+            )
         else:
             with pytest.raises(openai.APIConnectionError):
                 call_within(20, sdk.chat.completions.create, **JSON_BODY)
@@ -175,8 +183,9 @@ def test_async_client_same_facts(shared_server: ChaosServer) -> None:
 
     async def main() -> None:
         with anyio.fail_after(20):
-            async with openai.AsyncOpenAI(base_url=shared_server.base_url, api_key="k",
-                                          max_retries=2, timeout=5) as sdk:
+            async with openai.AsyncOpenAI(
+                base_url=shared_server.base_url, api_key="k", max_retries=2, timeout=5
+            ) as sdk:
                 shared_server.arm("http_503", remaining=2, retry_after=0.01)
                 completion = await sdk.chat.completions.create(**JSON_BODY)
                 assert completion.choices[0].message.content == ANSWER

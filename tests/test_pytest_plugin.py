@@ -6,7 +6,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-README_EXAMPLE = '''
+README_EXAMPLE = """
 from hypothesis import given
 from chaosllm.strategies import fault_schedules, resilience_settings
 
@@ -21,11 +21,12 @@ def test_my_client_recovers(chaosllm, schedule):
     with chaosllm.openai(max_retries=2, timeout=5) as client:
         reply = client.chat.completions.create(model="gpt-4o-mini", messages=QUESTION)
     assert reply.choices[0].message.content == "The capital of France is Paris."
-'''
+"""
 
 
 def test_fixture_is_registered_by_the_entry_point(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_it='''
+    pytester.makepyfile(
+        test_it="""
         import httpx
 
         def test_server(chaosllm):
@@ -33,7 +34,8 @@ def test_fixture_is_registered_by_the_entry_point(pytester: pytest.Pytester) -> 
             assert chaosllm.base_url.endswith("/v1")
             assert chaosllm.env["OPENAI_BASE_URL"] == chaosllm.base_url
             assert chaosllm.session is None
-    ''')
+    """
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 
@@ -42,24 +44,28 @@ def test_markers_and_options_are_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.chaosllm(shared=False, recordings=None, *"])
     result = pytester.runpytest_subprocess("--help")
-    result.stdout.fnmatch_lines(["*--chaosllm-recordings=DIR*", "*--chaosllm-seed=N*",
-                                 "*--chaosllm-shared*"])
+    result.stdout.fnmatch_lines(
+        ["*--chaosllm-recordings=DIR*", "*--chaosllm-seed=N*", "*--chaosllm-shared*"]
+    )
 
 
 def test_fresh_server_per_test_is_reset(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_it='''
+    pytester.makepyfile(
+        test_it="""
         def test_one(chaosllm):
             chaosllm.arm("http_503", remaining=5)
             assert len(chaosllm.faults()["armed"]) == 1
 
         def test_two(chaosllm):
             assert chaosllm.faults() == {"armed": [], "fired": []}
-    ''')
+    """
+    )
     pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=2)
 
 
 def test_shared_server_isolates_tests_by_session(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_it='''
+    pytester.makepyfile(
+        test_it="""
         import pytest
 
         BODY = dict(model="gpt-4o-mini", messages=[
@@ -84,12 +90,14 @@ def test_shared_server_isolates_tests_by_session(pytester: pytest.Pytester) -> N
             with chaosllm.openai(max_retries=0) as client:
                 client.chat.completions.create(**BODY)
             assert [e["status"] for e in chaosllm.requests()] == [200]
-    ''')
+    """
+    )
     pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=2)
 
 
 def test_marker_options_configure_the_server(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_it='''
+    pytester.makepyfile(
+        test_it="""
         import pytest
 
         @pytest.mark.chaosllm(on_miss="fallback", profile="rate-limit-burst", seed=7)
@@ -105,17 +113,20 @@ def test_marker_options_configure_the_server(pytester: pytest.Pytester) -> None:
         @pytest.mark.chaosllm(colour="red")
         def test_bad_marker(chaosllm):
             pass
-    ''')
+    """
+    )
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*has no option 'colour'*"])
 
 
 def test_seed_option(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_it='''
+    pytester.makepyfile(
+        test_it="""
         def test_it(chaosllm):
             assert chaosllm.server.config.seed == 42
-    ''')
+    """
+    )
     pytester.runpytest_subprocess("--chaosllm-seed", "42").assert_outcomes(passed=1)
 
 
@@ -126,8 +137,10 @@ def test_the_readme_property_test_runs(pytester: pytest.Pytester) -> None:
 
 
 def test_a_failing_property_prints_the_shrunk_schedule_and_journal(
-        pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_it='''
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_it="""
         from hypothesis import HealthCheck, given, note, settings
         from chaosllm.resilience import assert_attempts, format_journal
         from chaosllm.strategies import fault_schedules
@@ -147,10 +160,15 @@ def test_a_failing_property_prints_the_shrunk_schedule_and_journal(
                     pass
             note(format_journal(chaosllm.requests()))
             assert_attempts(chaosllm.requests(), len(schedule) + 1)
-    ''')
+    """
+    )
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(failed=1)
     # hypothesis words it "Falsifying example" or (since 6.16x) "Failing test case"
-    result.stdout.re_match_lines([r".*(Falsifying example|Failing test case).*",
-                                  r".*schedule=.*http_503.*",
-                                  r".*#1 session=None status=503.*"])
+    result.stdout.re_match_lines(
+        [
+            r".*(Falsifying example|Failing test case).*",
+            r".*schedule=.*http_503.*",
+            r".*#1 session=None status=503.*",
+        ]
+    )

@@ -38,8 +38,13 @@ SECRET = "hunter2-correct-horse-battery"
 """A configured secret (--secret)."""
 
 JSON_NAMES = ["simple-chat/0001", "tool-call/0001", "parallel-tools/0001", "refusal/0001"]
-STREAM_NAMES = ["streaming-tools/0001", "knowledge/0004", "reasoning/0001",
-                "streaming-usage/0001", "simple-chat/0001"]
+STREAM_NAMES = [
+    "streaming-tools/0001",
+    "knowledge/0004",
+    "reasoning/0001",
+    "streaming-usage/0001",
+    "simple-chat/0001",
+]
 SHORT = "knowledge/0004"
 """A short answer recorded from a stream: 16 answer frames, finish, usage, [DONE]."""
 
@@ -73,21 +78,25 @@ def proxy(upstream: ChaosServer, record_dir: Path) -> Proxy:
         options.update(kwargs)
         with ChaosServer(mode=mode, **options) as server:
             yield server
+
     return start
 
 
 @contextmanager
 def sdk(server: ChaosServer, **kwargs: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0, timeout=10,
-                       **kwargs) as client:
+    with openai.OpenAI(
+        base_url=server.base_url, api_key=KEY, max_retries=0, timeout=10, **kwargs
+    ) as client:
         yield client
 
 
 def call(client: openai.OpenAI, name: str, *, stream: bool) -> Any:
     """The SDK's view of an answer: the completion, or the list of stream chunks."""
     if stream:
-        return [c.model_dump() for c in client.chat.completions.create(
-            **request_body(name, stream=True))]
+        return [
+            c.model_dump()
+            for c in client.chat.completions.create(**request_body(name, stream=True))
+        ]
     return client.chat.completions.create(**request_body(name, stream=False))
 
 
@@ -111,7 +120,8 @@ def raw_stream(url: str, name: str) -> tuple[int, bytes]:
 
 
 def test_record_with_the_sdk_then_replay_gives_equal_sdk_objects(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     cases = [(n, False) for n in JSON_NAMES] + [(n, True) for n in STREAM_NAMES]
     with sdk(upstream) as direct:
         expected = [call(direct, n, stream=s) for n, s in cases]
@@ -119,10 +129,12 @@ def test_record_with_the_sdk_then_replay_gives_equal_sdk_objects(
         proxied = [call(client, n, stream=s) for n, s in cases]
         journal = server.requests()
     assert proxied == expected
-    assert [e["recording"] for e in journal] == \
-        [f"recorded/{i:04d}" for i in range(1, len(cases) + 1)]
-    assert {(e["match"], e["status"], e["outcome"]) for e in journal} == \
-        {("upstream", 200, "complete")}
+    assert [e["recording"] for e in journal] == [
+        f"recorded/{i:04d}" for i in range(1, len(cases) + 1)
+    ]
+    assert {(e["match"], e["status"], e["outcome"]) for e in journal} == {
+        ("upstream", 200, "complete")
+    }
     assert len(written(record_dir)) == len(cases)
 
     with ChaosServer(record_dir) as replay, sdk(replay) as client:
@@ -131,14 +143,18 @@ def test_record_with_the_sdk_then_replay_gives_equal_sdk_objects(
     assert replayed == expected
     # And each recording answers the other way too (JSON <-> stream).
     with ChaosServer(record_dir) as replay, sdk(replay) as client:
-        assert call(client, "simple-chat/0001", stream=True) == \
-            call(client, "simple-chat/0001", stream=True)
-        assert call(client, "knowledge/0004", stream=False).choices[0].message.content == \
-            recording("knowledge/0004")["response"]["body"]["choices"][0]["message"]["content"]
+        assert call(client, "simple-chat/0001", stream=True) == call(
+            client, "simple-chat/0001", stream=True
+        )
+        assert (
+            call(client, "knowledge/0004", stream=False).choices[0].message.content
+            == recording("knowledge/0004")["response"]["body"]["choices"][0]["message"]["content"]
+        )
 
 
 def test_recorded_frames_are_byte_identical_to_upstreams(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     names = ["streaming-tools/0001", "reasoning/0001", "simple-chat/0001"]
     direct = {name: raw_stream(upstream.url, name) for name in names}
     with proxy("record") as server:
@@ -159,26 +175,29 @@ def test_recorded_frames_are_byte_identical_to_upstreams(
 
 
 def test_upstream_headers_of_interest_are_recorded_and_replayed(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     shipped_headers = recording("simple-chat/0001")["response"]["headers"]
     with proxy("record") as server, httpx.Client(timeout=10) as client:
-        response = client.post(server.url + "/v1/chat/completions",
-                               json=request_body("simple-chat/0001", stream=False))
+        response = client.post(
+            server.url + "/v1/chat/completions", json=request_body("simple-chat/0001", stream=False)
+        )
         assert response.headers["x-request-id"] == shipped_headers["x-request-id"]
     [path] = written(record_dir)
     data = json.loads(path.read_text("utf-8"))
     assert data["response"]["headers"] == shipped_headers
     assert data["meta"]["upstream"] == upstream.url
     with ChaosServer(record_dir) as replay, httpx.Client(timeout=10) as client:
-        response = client.post(replay.url + "/v1/chat/completions",
-                               json=request_body("simple-chat/0001", stream=False))
+        response = client.post(
+            replay.url + "/v1/chat/completions", json=request_body("simple-chat/0001", stream=False)
+        )
         assert response.headers["x-request-id"] == shipped_headers["x-request-id"]
-        assert response.headers["openai-processing-ms"] == \
-            shipped_headers["openai-processing-ms"]
+        assert response.headers["openai-processing-ms"] == shipped_headers["openai-processing-ms"]
 
 
 def test_error_answers_are_recorded_and_replayed_as_errors(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     upstream.arm("http_429", retry_after=3, message="Slow down.")
     with proxy("record") as server, sdk(server) as client:
         with pytest.raises(openai.RateLimitError) as caught:
@@ -200,7 +219,8 @@ def test_error_answers_are_recorded_and_replayed_as_errors(
 
 
 def test_timing_recorded_replays_a_recording_with_its_recorded_gaps(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     name = "knowledge/0001"  # a short answer rendered as about ten frames
     upstream.arm("slow_stream", delay_ms=40, match={"stream": True})
     with proxy("record") as server:
@@ -220,8 +240,11 @@ def test_timing_recorded_replays_a_recording_with_its_recorded_gaps(
     fast, fast_body = replay_seconds("fast")
     recorded, recorded_body = replay_seconds("recorded")
     half, _ = replay_seconds(0.5)
-    assert fast_body == recorded_body == "".join(
-        c.data for c in exchange.response.chunks).encode("utf-8")
+    assert (
+        fast_body
+        == recorded_body
+        == "".join(c.data for c in exchange.response.chunks).encode("utf-8")
+    )
     assert fast < recorded_total * 0.5
     assert recorded_total * 0.9 <= recorded < recorded_total * 2 + 0.5
     assert recorded_total * 0.45 <= half < recorded_total
@@ -231,7 +254,8 @@ def test_timing_recorded_replays_a_recording_with_its_recorded_gaps(
 
 
 def test_record_missing_replays_hits_and_records_misses(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     with proxy("record-missing", recordings=[record_dir]) as server, sdk(server) as client:
         first = call(client, SHORT, stream=True)
         # At once, the same request: the SDK stops reading at [DONE], and must still find
@@ -242,9 +266,12 @@ def test_record_missing_replays_hits_and_records_misses(
         assert call(client, "simple-chat/0001", stream=False) == other
         journal = server.requests()
     assert [(e["match"], e["miss"], e["recording"]) for e in journal] == [
-        ("upstream", True, "recorded/0001"), ("exact", False, "recorded/0001"),
-        ("exact", False, "recorded/0001"), ("upstream", True, "recorded/0002"),
-        ("exact", False, "recorded/0002")]
+        ("upstream", True, "recorded/0001"),
+        ("exact", False, "recorded/0001"),
+        ("exact", False, "recorded/0001"),
+        ("upstream", True, "recorded/0002"),
+        ("exact", False, "recorded/0002"),
+    ]
     assert len(upstream.requests()) == 2
     assert len(written(record_dir)) == 2
     # Restarted: what was recorded is replayed, nothing goes upstream.
@@ -255,7 +282,8 @@ def test_record_missing_replays_hits_and_records_misses(
 
 
 def test_passthrough_writes_nothing_and_armed_faults_apply_to_live_traffic(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path, tmp_path: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path, tmp_path: Path
+) -> None:
     with proxy("passthrough") as server, sdk(server) as client:
         assert call(client, SHORT, stream=False).choices[0].message.content
         server.arm("http_503")
@@ -276,7 +304,12 @@ def test_passthrough_writes_nothing_and_armed_faults_apply_to_live_traffic(
         assert len(call(client, SHORT, stream=True)) == 18
         journal = server.requests()
     assert [e["fault"]["type"] if e["fault"] else None for e in journal] == [
-        None, "http_503", "malformed_tool_args", "dropped_connection", None]
+        None,
+        "http_503",
+        "malformed_tool_args",
+        "dropped_connection",
+        None,
+    ]
     assert [e["status"] for e in journal] == [200, 503, 200, 200, 200]
     assert all(e["match"] == "upstream" and e["recording"] is None for e in journal)
     # Faults transform the upstream's real answer: the upstream saw every request.
@@ -285,19 +318,22 @@ def test_passthrough_writes_nothing_and_armed_faults_apply_to_live_traffic(
 
 
 def test_a_faulted_request_records_the_upstreams_real_answer(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     with proxy("record") as server, httpx.Client(timeout=10) as client:
         server.arm("truncated_stream", after_chunks=2)
-        response = client.post(server.url + "/v1/chat/completions",
-                               json=request_body(SHORT, stream=True))
+        response = client.post(
+            server.url + "/v1/chat/completions", json=request_body(SHORT, stream=True)
+        )
         assert response.text.count("\n\n") == 2 and "[DONE]" not in response.text
         [entry] = server.requests()
         assert entry["fault"]["type"] == "truncated_stream"
         assert entry["recording"] == "recorded/0001"
     [exchange] = loaded(record_dir)
     assert exchange.response.chunks is not None
-    assert [c.data for c in exchange.response.chunks] == \
-        [c["data"] for c in recording(SHORT)["response"]["chunks"]]
+    assert [c.data for c in exchange.response.chunks] == [
+        c["data"] for c in recording(SHORT)["response"]["chunks"]
+    ]
 
 
 # -- secrets -----------------------------------------------------------------------------
@@ -305,8 +341,12 @@ def test_a_faulted_request_records_the_upstreams_real_answer(
 
 def echo_recording(question: str, answer: str, pieces: list[str]) -> dict[str, Any]:
     """A recording whose answer quotes secrets back; `pieces` are its content deltas."""
-    base = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "created": 1,
-            "model": "gpt-4o-mini"}
+    base = {
+        "id": "chatcmpl-echo",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o-mini",
+    }
 
     def frame(delta: dict[str, Any], finish: str | None = None) -> dict[str, str]:
         payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -314,23 +354,37 @@ def echo_recording(question: str, answer: str, pieces: list[str]) -> dict[str, A
 
     return {
         "chaosllm": 1,
-        "request": {"body": {"model": "gpt-4o-mini",
-                             "messages": [{"role": "user", "content": question}]}},
+        "request": {
+            "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question}]}
+        },
         "response": {
             "status": 200,
-            "body": {"id": "chatcmpl-echo", "object": "chat.completion", "created": 1,
-                     "model": "gpt-4o-mini",
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": answer}}]},
-            "chunks": [frame({"role": "assistant", "content": ""}),
-                       *(frame({"content": p}) for p in pieces),
-                       frame({}, "stop"), {"data": "data: [DONE]\n\n"}],
+            "body": {
+                "id": "chatcmpl-echo",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "gpt-4o-mini",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer},
+                    }
+                ],
+            },
+            "chunks": [
+                frame({"role": "assistant", "content": ""}),
+                *(frame({"content": p}) for p in pieces),
+                frame({}, "stop"),
+                {"data": "data: [DONE]\n\n"},
+            ],
         },
     }
 
 
 def test_planted_keys_never_reach_a_recording_and_replays_still_match(
-        tmp_path: Path, record_dir: Path) -> None:
+    tmp_path: Path, record_dir: Path
+) -> None:
     # An upstream whose model quotes keys back: whole in one frame, or split over frames.
     whole = f"Yes: {KEY} and {SECRET}."
     split = f"Also {OTHER_KEY}."
@@ -338,29 +392,45 @@ def test_planted_keys_never_reach_a_recording_and_replays_still_match(
     upstream_dir = tmp_path / "upstream"
     (upstream_dir / "echo").mkdir(parents=True)
     # (Its recorded requests are redacted, as a recorder writes them.)
-    for number, (question, answer, pieces) in enumerate([
-            ("Is [REDACTED] valid? Password: [REDACTED].", whole,
-             ["Yes: ", KEY, " and ", SECRET, "."]),
-            ("And [REDACTED]?", split, [split[:cut], split[cut:]])], start=1):
+    for number, (question, answer, pieces) in enumerate(
+        [
+            (
+                "Is [REDACTED] valid? Password: [REDACTED].",
+                whole,
+                ["Yes: ", KEY, " and ", SECRET, "."],
+            ),
+            ("And [REDACTED]?", split, [split[:cut], split[cut:]]),
+        ],
+        start=1,
+    ):
         (upstream_dir / "echo" / f"{number:04d}.json").write_text(
-            json.dumps(echo_recording(question, answer, pieces)))
+            json.dumps(echo_recording(question, answer, pieces))
+        )
     questions = [f"Is {KEY} valid? Password: {SECRET}.", f"And {OTHER_KEY}?"]
 
     def ask(client: openai.OpenAI, question: str, *, stream: bool) -> Any:
-        body: dict[str, Any] = {"model": "gpt-4o-mini",
-                                "messages": [{"role": "user", "content": question}]}
+        body: dict[str, Any] = {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": question}],
+        }
         headers = {"api-key": OTHER_KEY, "x-api-key": KEY, "openai-organization": "org-x"}
         if stream:
-            return "".join(c.choices[0].delta.content or "" for c in
-                           client.chat.completions.create(**body, stream=True,
-                                                          extra_headers=headers)
-                           if c.choices)
-        return client.chat.completions.create(
-            **body, extra_headers=headers).choices[0].message.content
+            return "".join(
+                c.choices[0].delta.content or ""
+                for c in client.chat.completions.create(**body, stream=True, extra_headers=headers)
+                if c.choices
+            )
+        return (
+            client.chat.completions.create(**body, extra_headers=headers).choices[0].message.content
+        )
 
-    with ChaosServer(upstream_dir, secrets=[SECRET]) as upstream, \
-            ChaosServer(mode="record", upstream=upstream.url, record_dir=record_dir,
-                        secrets=[SECRET]) as server, sdk(server) as client:
+    with (
+        ChaosServer(upstream_dir, secrets=[SECRET]) as upstream,
+        ChaosServer(
+            mode="record", upstream=upstream.url, record_dir=record_dir, secrets=[SECRET]
+        ) as server,
+        sdk(server) as client,
+    ):
         assert ask(client, questions[0], stream=False) == whole
         assert ask(client, questions[0], stream=True) == whole
         assert ask(client, questions[1], stream=True) == split
@@ -370,17 +440,27 @@ def test_planted_keys_never_reach_a_recording_and_replays_still_match(
     for path in record_dir.rglob("*"):
         if path.is_file():
             text = path.read_text("utf-8")
-            for secret in (KEY, OTHER_KEY, SECRET, "Bearer", "org-x", KEY[:24], SECRET[:12],
-                           split[:cut], split[cut:]):
+            for secret in (
+                KEY,
+                OTHER_KEY,
+                SECRET,
+                "Bearer",
+                "org-x",
+                KEY[:24],
+                SECRET[:12],
+                split[:cut],
+                split[cut:],
+            ):
                 assert secret not in text, (path, secret)
     redacted = [json.loads(p.read_text("utf-8")) for p in files]
-    assert redacted[0]["request"]["body"]["messages"][0]["content"] == \
-        "Is [REDACTED] valid? Password: [REDACTED]."
+    assert (
+        redacted[0]["request"]["body"]["messages"][0]["content"]
+        == "Is [REDACTED] valid? Password: [REDACTED]."
+    )
     assert redacted[1]["response"]["chunks"][2]["data"].count("[REDACTED]") == 1
     # The key split over frames: no frame can be redacted, so only the answer is kept.
     assert "chunks" not in redacted[2]["response"] and redacted[2]["response"]["stream"]
-    assert redacted[2]["response"]["body"]["choices"][0]["message"]["content"] == \
-        "Also [REDACTED]."
+    assert redacted[2]["response"]["body"]["choices"][0]["message"]["content"] == "Also [REDACTED]."
     # The digest was computed after redaction: the same requests (keys and all) replay.
     with ChaosServer(record_dir, secrets=[SECRET]) as replay, sdk(replay) as client:
         assert ask(client, questions[0], stream=False) == "Yes: [REDACTED] and [REDACTED]."
@@ -400,8 +480,10 @@ def free_port() -> int:
 
 def test_an_unreachable_upstream_is_a_502_naming_it(record_dir: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    with ChaosServer(mode="record", upstream=dead, record_dir=record_dir) as server, \
-            sdk(server) as client:
+    with (
+        ChaosServer(mode="record", upstream=dead, record_dir=record_dir) as server,
+        sdk(server) as client,
+    ):
         for stream in (False, True):
             with pytest.raises(openai.APIStatusError) as caught:
                 call(client, SHORT, stream=stream)
@@ -412,21 +494,32 @@ def test_an_unreachable_upstream_is_a_502_naming_it(record_dir: Path) -> None:
     assert written(record_dir) == []
 
 
-@pytest.mark.parametrize(("fault", "stream", "frames"), [
-    ("dropped_connection", True, 3),
-    ("connection_reset", True, 3),
-    ("dropped_connection", False, None),
-    ("connection_reset", False, None),
-])
+@pytest.mark.parametrize(
+    ("fault", "stream", "frames"),
+    [
+        ("dropped_connection", True, 3),
+        ("connection_reset", True, 3),
+        ("dropped_connection", False, None),
+        ("connection_reset", False, None),
+    ],
+)
 def test_an_upstream_that_drops_mid_answer_drops_the_client_and_nothing_is_written(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path, fault: str, stream: bool,
-        frames: int | None) -> None:
+    upstream: ChaosServer,
+    proxy: Proxy,
+    record_dir: Path,
+    fault: str,
+    stream: bool,
+    frames: int | None,
+) -> None:
     upstream.arm(fault, after_chunks=3, after_bytes=100)
     with proxy("record") as server, httpx.Client(timeout=10) as client:
         received = b""
-        with pytest.raises(httpx.RemoteProtocolError), client.stream(
-                "POST", server.url + "/v1/chat/completions",
-                json=request_body(SHORT, stream=stream)) as response:
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            client.stream(
+                "POST", server.url + "/v1/chat/completions", json=request_body(SHORT, stream=stream)
+            ) as response,
+        ):
             assert response.status_code == 200
             for data in response.iter_raw():
                 received += data
@@ -438,28 +531,33 @@ def test_an_upstream_that_drops_mid_answer_drops_the_client_and_nothing_is_writt
         assert "dropped the connection mid-answer" in entry["error"]
         assert entry["recording"] is None
         # The proxy itself is fine: the next request is answered and recorded.
-        assert client.post(server.url + "/v1/chat/completions",
-                           json=request_body(SHORT, stream=stream)).status_code == 200
+        assert (
+            client.post(
+                server.url + "/v1/chat/completions", json=request_body(SHORT, stream=stream)
+            ).status_code
+            == 200
+        )
     assert len(written(record_dir)) == 1
 
 
-@pytest.mark.parametrize(("fault", "error"), [("empty_reply", "closed"),
-                                               ("connection_reset", "reset")])
+@pytest.mark.parametrize(
+    ("fault", "error"), [("empty_reply", "closed"), ("connection_reset", "reset")]
+)
 def test_an_upstream_that_answers_nothing_gives_the_client_nothing(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path, fault: str,
-        error: str) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path, fault: str, error: str
+) -> None:
     upstream.arm(fault)
     with proxy("record") as server, httpx.Client(timeout=10) as client:
         with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
-            client.post(server.url + "/v1/chat/completions",
-                        json=request_body(SHORT, stream=False))
+            client.post(server.url + "/v1/chat/completions", json=request_body(SHORT, stream=False))
         [entry] = server.requests()
         assert f"{error} the connection without answering" in entry["error"]
     assert written(record_dir) == []
 
 
 def test_a_stream_ended_without_its_terminator_is_passed_on_but_not_recorded(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     upstream.arm("truncated_stream", after_chunks=4)
     with proxy("record") as server:
         status, body = raw_stream(server.url, SHORT)
@@ -470,12 +568,14 @@ def test_a_stream_ended_without_its_terminator_is_passed_on_but_not_recorded(
 
 
 def test_a_client_that_goes_away_cancels_the_upstream_request(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     upstream.arm("stall", after_chunks=2, max_ms=30_000)
     with proxy("record") as server, httpx.Client(timeout=10) as client:
         started = time.monotonic()
-        with client.stream("POST", server.url + "/v1/chat/completions",
-                           json=request_body(SHORT, stream=True)) as response:
+        with client.stream(
+            "POST", server.url + "/v1/chat/completions", json=request_body(SHORT, stream=True)
+        ) as response:
             received = b""
             for data in response.iter_raw():
                 received += data
@@ -490,8 +590,11 @@ def test_a_client_that_goes_away_cancels_the_upstream_request(
 
 
 def test_a_recording_that_cannot_be_written_still_answers_the_client(
-        proxy: Proxy, record_dir: Path, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy: Proxy,
+    record_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     with proxy("record") as server, sdk(server) as client:
         assert server.state.writer is not None
 
@@ -509,7 +612,8 @@ def test_a_recording_that_cannot_be_written_still_answers_the_client(
 
 
 def test_an_unwritable_scenario_directory_is_an_error_not_an_outage(
-        proxy: Proxy, record_dir: Path) -> None:
+    proxy: Proxy, record_dir: Path
+) -> None:
     record_dir.mkdir()
     (record_dir / "recorded").write_text("a file in the way")
     with proxy("record") as server, sdk(server) as client:
@@ -522,14 +626,16 @@ def test_an_unwritable_scenario_directory_is_an_error_not_an_outage(
 
 
 def test_fifty_concurrent_recorded_requests_give_fifty_valid_files(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     names = JSON_NAMES + STREAM_NAMES
     bodies = [request_body(names[i % len(names)], stream=i % 2 == 1) for i in range(50)]
 
     async def main(url: str) -> list[int]:
         async with httpx.AsyncClient(timeout=20) as client:
-            responses = await asyncio.gather(*(
-                client.post(url + "/v1/chat/completions", json=body) for body in bodies))
+            responses = await asyncio.gather(
+                *(client.post(url + "/v1/chat/completions", json=body) for body in bodies)
+            )
         return [r.status_code for r in responses]
 
     with proxy("record") as server:
@@ -557,28 +663,40 @@ def test_proxy_modes_need_an_upstream_and_a_place_to_record(tmp_path: Path) -> N
     with pytest.raises(ServerError, match="give --record-dir DIR"):
         ChaosServer(mode="record", upstream="http://127.0.0.1:9")
     with pytest.raises(ServerError, match="refusing to record into the shipped"):
-        ChaosServer(mode="record-missing", upstream="http://127.0.0.1:9",
-                    recordings=shipped_dir("recordings"))
+        ChaosServer(
+            mode="record-missing",
+            upstream="http://127.0.0.1:9",
+            recordings=shipped_dir("recordings"),
+        )
     with pytest.raises(ServerError, match="invalid upstream URL"):
         ChaosServer(mode="passthrough", upstream="ftp://example.com")
     with pytest.raises(ServerError, match="bad scenario name"):
-        ChaosServer(mode="record", upstream="http://127.0.0.1:9", record_dir=tmp_path,
-                    record_scenario="../out")
+        ChaosServer(
+            mode="record",
+            upstream="http://127.0.0.1:9",
+            record_dir=tmp_path,
+            record_scenario="../out",
+        )
 
 
 def test_the_httpx_transport_behaves_the_same(
-        upstream: ChaosServer, proxy: Proxy, record_dir: Path) -> None:
+    upstream: ChaosServer, proxy: Proxy, record_dir: Path
+) -> None:
     """httpx carries the requests when the environment names an HTTP proxy for the
     upstream: the same answers, recordings, drops and failures."""
     from chaosllm.record.proxy import Upstream
 
     with sdk(upstream) as direct:
-        expected = [call(direct, "tool-call/0001", stream=False),
-                    call(direct, "streaming-tools/0001", stream=True)]
+        expected = [
+            call(direct, "tool-call/0001", stream=False),
+            call(direct, "streaming-tools/0001", stream=True),
+        ]
     with proxy("record") as server, sdk(server) as client:
         server.state.upstream = Upstream(upstream.url, transport="httpx")
-        assert [call(client, "tool-call/0001", stream=False),
-                call(client, "streaming-tools/0001", stream=True)] == expected
+        assert [
+            call(client, "tool-call/0001", stream=False),
+            call(client, "streaming-tools/0001", stream=True),
+        ] == expected
         upstream.arm("dropped_connection", after_chunks=3)
         with pytest.raises(openai.APIConnectionError):
             call(client, SHORT, stream=True)
@@ -594,23 +712,33 @@ def test_the_httpx_transport_behaves_the_same(
     assert "dropped the connection mid-answer" in journal[2]["error"]
     assert "closed the connection without answering" in journal[3]["error"]
     with ChaosServer(record_dir) as replay, sdk(replay) as client:
-        assert [call(client, "tool-call/0001", stream=False),
-                call(client, "streaming-tools/0001", stream=True)] == expected
+        assert [
+            call(client, "tool-call/0001", stream=False),
+            call(client, "streaming-tools/0001", stream=True),
+        ] == expected
 
 
 def test_the_upstream_client_reuses_connections_and_survives_a_closed_one(
-        upstream: ChaosServer, proxy: Proxy) -> None:
+    upstream: ChaosServer, proxy: Proxy
+) -> None:
     with proxy("passthrough") as server, httpx.Client(timeout=10) as client:
         for _ in range(5):
-            assert client.post(server.url + "/v1/chat/completions",
-                               json=request_body(SHORT, stream=True)).status_code == 200
+            assert (
+                client.post(
+                    server.url + "/v1/chat/completions", json=request_body(SHORT, stream=True)
+                ).status_code
+                == 200
+            )
         # An answer that closes its connection after a complete message (close_after):
         # the next request must not reuse it.
         upstream.arm("truncated_stream", after_chunks=1, match={"stream": False})
-        client.post(server.url + "/v1/chat/completions",
-                    json=request_body(SHORT, stream=False))
-        assert client.post(server.url + "/v1/chat/completions",
-                           json=request_body(SHORT, stream=False)).status_code == 200
+        client.post(server.url + "/v1/chat/completions", json=request_body(SHORT, stream=False))
+        assert (
+            client.post(
+                server.url + "/v1/chat/completions", json=request_body(SHORT, stream=False)
+            ).status_code
+            == 200
+        )
         journal = server.requests()
         assert [e["error"] for e in journal if e["error"]] == []
 
@@ -623,13 +751,13 @@ def test_the_frame_splitter_keeps_exact_frames_across_any_chunking(sep: str) -> 
     from chaosllm.record.proxy import FrameSplitter
 
     eol = sep[: len(sep) // 2]
-    frames = [f"data: {{\"n\": {i}}}{sep}".encode() for i in range(5)]
+    frames = [f'data: {{"n": {i}}}{sep}'.encode() for i in range(5)]
     frames[2] = f": keep-alive{eol}data: a{eol}data: b{sep}".encode()
     body = b"".join(frames)
     for size in (1, 2, 3, 7, len(body)):
         splitter = FrameSplitter(0.0)
         for i in range(0, len(body), size):
-            splitter.feed(body[i:i + size], float(i))
+            splitter.feed(body[i : i + size], float(i))
         splitter.finish()
         assert [f for f, _ in splitter.frames] == frames
     trailing = FrameSplitter(0.0)

@@ -24,8 +24,14 @@ def test_well_known_key_shapes_are_redacted_anywhere_in_a_string() -> None:
 
 
 def test_words_that_merely_contain_sk_dash_are_left_alone() -> None:
-    for text in ("task-force", "ask-me-anything", "sk-learn", "risk-free", "sk-short123",
-                 "the desk-lamp-with-a-very-long-name-indeed"):
+    for text in (
+        "task-force",
+        "ask-me-anything",
+        "sk-learn",
+        "risk-free",
+        "sk-short123",
+        "the desk-lamp-with-a-very-long-name-indeed",
+    ):
         assert redact_text(text) == text
 
 
@@ -36,11 +42,14 @@ def test_configured_secrets_are_redacted_longest_first() -> None:
 
 
 def test_bodies_are_redacted_recursively_without_touching_the_input() -> None:
-    body = {"model": "gpt-4o-mini",
-            "messages": [{"role": "user", "content": f"my key is {OPENAI_KEY}"},
-                         {"role": "user", "content": [{"type": "text",
-                                                       "text": "password: s3cr3t-value"}]}],
-            "metadata": {OPENAI_KEY: 1, "n": 3, "flag": True, "none": None}}
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "user", "content": f"my key is {OPENAI_KEY}"},
+            {"role": "user", "content": [{"type": "text", "text": "password: s3cr3t-value"}]},
+        ],
+        "metadata": {OPENAI_KEY: 1, "n": 3, "flag": True, "none": None},
+    }
     original = json.loads(json.dumps(body))
     redacted = redact_body(body, ["s3cr3t-value"])
     assert body == original
@@ -68,22 +77,36 @@ def test_the_digest_is_the_same_for_the_key_and_its_redaction() -> None:
     provider = PROVIDERS["openai.chat"]
     sent = {"model": "m", "messages": [{"role": "user", "content": f"use {OPENAI_KEY}"}]}
     stored = redact_body(sent)
-    assert provider.digest(Redactor().request_body(sent, json.dumps(sent).encode())) == \
-        provider.digest(stored)
+    assert provider.digest(
+        Redactor().request_body(sent, json.dumps(sent).encode())
+    ) == provider.digest(stored)
 
 
 def test_only_informative_response_headers_are_kept() -> None:
     headers = [
-        ("X-Request-Id", "req_1"), ("openai-processing-ms", "120"), ("openai-version", "2020"),
-        ("x-ratelimit-remaining-tokens", "999"), ("x-ratelimit-reset-requests", "1s"),
-        ("retry-after", "2"), ("anthropic-ratelimit-requests-remaining", "4"),
-        ("request-id", "req_2"), ("set-cookie", "__cf_bm=secret"), ("openai-organization",
-                                                                     "org-secret"),
-        ("authorization", "Bearer x"), ("content-type", "application/json"),
-        ("cf-ray", "abc"), ("date", "today"), ("content-length", "10"),
+        ("X-Request-Id", "req_1"),
+        ("openai-processing-ms", "120"),
+        ("openai-version", "2020"),
+        ("x-ratelimit-remaining-tokens", "999"),
+        ("x-ratelimit-reset-requests", "1s"),
+        ("retry-after", "2"),
+        ("anthropic-ratelimit-requests-remaining", "4"),
+        ("request-id", "req_2"),
+        ("set-cookie", "__cf_bm=secret"),
+        ("openai-organization", "org-secret"),
+        ("authorization", "Bearer x"),
+        ("content-type", "application/json"),
+        ("cf-ray", "abc"),
+        ("date", "today"),
+        ("content-length", "10"),
     ]
     assert kept_response_headers(headers) == (
-        ("anthropic-ratelimit-requests-remaining", "4"), ("openai-processing-ms", "120"),
-        ("openai-version", "2020"), ("request-id", "req_2"), ("retry-after", "2"),
-        ("x-ratelimit-remaining-tokens", "999"), ("x-ratelimit-reset-requests", "1s"),
-        ("x-request-id", "req_1"))
+        ("anthropic-ratelimit-requests-remaining", "4"),
+        ("openai-processing-ms", "120"),
+        ("openai-version", "2020"),
+        ("request-id", "req_2"),
+        ("retry-after", "2"),
+        ("x-ratelimit-remaining-tokens", "999"),
+        ("x-ratelimit-reset-requests", "1s"),
+        ("x-request-id", "req_1"),
+    )

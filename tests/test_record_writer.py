@@ -34,8 +34,10 @@ def numbered(directory: Path) -> list[str]:
 
 def test_recordings_are_numbered_in_order_and_round_trip(tmp_path: Path) -> None:
     writer = RecordingWriter(tmp_path)
-    stored = [writer.write(exchange(n), "chat") for n in
-              ("simple-chat/0001", "streaming-tools/0001", "knowledge/0004")]
+    stored = [
+        writer.write(exchange(n), "chat")
+        for n in ("simple-chat/0001", "streaming-tools/0001", "knowledge/0004")
+    ]
     assert [s.name for s in stored] == ["chat/0001", "chat/0002", "chat/0003"]
     assert numbered(tmp_path / "chat") == ["0001.json", "0002.json", "0003.json"]
     store = RecordingStore.load([tmp_path])
@@ -84,9 +86,18 @@ def test_concurrent_writers_never_share_a_number(tmp_path: Path) -> None:
 
 def test_no_header_or_key_reaches_the_file(tmp_path: Path) -> None:
     base = exchange()
-    leaky = replace(base, response=replace(base.response, headers=(
-        ("authorization", f"Bearer {KEY}"), ("set-cookie", "session=abc"),
-        ("x-request-id", "req_1"))), meta={"description": f"made with {KEY}"})
+    leaky = replace(
+        base,
+        response=replace(
+            base.response,
+            headers=(
+                ("authorization", f"Bearer {KEY}"),
+                ("set-cookie", "session=abc"),
+                ("x-request-id", "req_1"),
+            ),
+        ),
+        meta={"description": f"made with {KEY}"},
+    )
     stored = RecordingWriter(tmp_path, redactor=Redactor(["hunter2"])).write(leaky, "s")
     text = Path(stored.source or "").read_text("utf-8")
     assert KEY not in text and "Bearer" not in text and "session=abc" not in text
@@ -135,9 +146,18 @@ WRITER_SCRIPT = textwrap.dedent("""
 
 def run_writer(root: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", WRITER_SCRIPT, str(root), mode,
-         str(RECORDINGS / "simple-chat" / "0001.json")],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
+        [
+            sys.executable,
+            "-c",
+            WRITER_SCRIPT,
+            str(root),
+            mode,
+            str(RECORDINGS / "simple-chat" / "0001.json"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
 
 
 def assert_no_partial_recording(root: Path) -> None:
@@ -171,8 +191,7 @@ def test_a_writer_killed_mid_write_leaves_no_recording(tmp_path: Path, mode: str
     assert [p.name for p in directory.iterdir()] == ["0001.json"]
 
 
-def test_a_writer_killed_at_random_moments_leaves_only_complete_recordings(
-        tmp_path: Path) -> None:
+def test_a_writer_killed_at_random_moments_leaves_only_complete_recordings(tmp_path: Path) -> None:
     for round_ in range(4):
         proc = run_writer(tmp_path, "loop")
         try:

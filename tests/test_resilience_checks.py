@@ -21,10 +21,19 @@ from chaosllm.resilience import (
 )
 
 
-def entry(seq: int, t: float, session: str | None = None,
-          fault: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"seq": seq, "monotonic": t, "session": session, "status": 200, "fault": fault,
-            "recording": "r", "frames_sent": 0, "outcome": "complete"}
+def entry(
+    seq: int, t: float, session: str | None = None, fault: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "monotonic": t,
+        "session": session,
+        "status": 200,
+        "fault": fault,
+        "recording": "r",
+        "frames_sent": 0,
+        "outcome": "complete",
+    }
 
 
 def retry(seconds: float) -> dict[str, Any]:
@@ -41,8 +50,9 @@ def test_attempts_and_format() -> None:
 
 
 def test_retry_after_honoured_per_session() -> None:
-    assert_retry_after_honoured([entry(1, 0.0, "a", retry(1)), entry(2, 5.0, "b"),
-                                 entry(3, 1.2, "a")])
+    assert_retry_after_honoured(
+        [entry(1, 0.0, "a", retry(1)), entry(2, 5.0, "b"), entry(3, 1.2, "a")]
+    )
     with pytest.raises(ResilienceViolation, match=r"0\.400 s after #1"):
         assert_retry_after_honoured([entry(1, 0.0, "a", retry(1)), entry(2, 0.4, "a")])
 

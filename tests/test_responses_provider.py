@@ -32,45 +32,83 @@ P = OpenAIResponses()
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 NAMES = all_recordings("openai.responses")
 
-REQUEST: dict[str, Any] = {"model": "gpt-4.1-mini", "instructions": "Be brief.",
-                           "input": "What is the capital of France?"}
-USAGE = {"input_tokens": 12, "input_tokens_details": {"cache_write_tokens": 0,
-                                                      "cached_tokens": 0},
-         "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0},
-         "total_tokens": 19}
+REQUEST: dict[str, Any] = {
+    "model": "gpt-4.1-mini",
+    "instructions": "Be brief.",
+    "input": "What is the capital of France?",
+}
+USAGE = {
+    "input_tokens": 12,
+    "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 19,
+}
 
 
 def response(*output: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "resp_1", "object": "response", "created_at": 1790000000,
-            "status": "completed", "error": None, "incomplete_details": None,
-            "instructions": "Be brief.", "model": "gpt-4.1-mini-2025-04-14",
-            "output": list(output), "parallel_tool_calls": True, "tool_choice": "auto",
-            "tools": [], "usage": USAGE}
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1790000000,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": "Be brief.",
+        "model": "gpt-4.1-mini-2025-04-14",
+        "output": list(output),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": USAGE,
+    }
 
 
 def message(text: str, id_: str = "msg_1") -> dict[str, Any]:
-    return {"type": "message", "id": id_, "status": "completed", "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "type": "message",
+        "id": id_,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 def call(arguments: str, id_: str = "fc_1") -> dict[str, Any]:
-    return {"type": "function_call", "id": id_, "call_id": "call_" + id_, "name": "get_weather",
-            "arguments": arguments, "status": "completed"}
+    return {
+        "type": "function_call",
+        "id": id_,
+        "call_id": "call_" + id_,
+        "name": "get_weather",
+        "arguments": arguments,
+        "status": "completed",
+    }
 
 
-REASONING = {"type": "reasoning", "id": "rs_1",
-             "summary": [{"type": "summary_text", "text": "Thinking about Paris."}]}
+REASONING = {
+    "type": "reasoning",
+    "id": "rs_1",
+    "summary": [{"type": "summary_text", "text": "Thinking about Paris."}],
+}
 ANSWER = response(message("The capital of France is Paris."))
-TOOL_ANSWER = response(call('{"location": "Paris, France", "unit": "celsius"}'),
-                       call('{"location": "Tokyo"}', "fc_2"))
+TOOL_ANSWER = response(
+    call('{"location": "Paris, France", "unit": "celsius"}'), call('{"location": "Tokyo"}', "fc_2")
+)
 
 
-def exchange(body: dict[str, Any], request: dict[str, Any] = REQUEST,
-             chunks: tuple[RecordedChunk, ...] | None = None) -> Exchange:
-    return Exchange(provider=P.name, request=RecordedRequest("POST", "/v1/responses", request),
-                    response=RecordedResponse(200, body, stream=chunks is not None,
-                                              chunks=chunks),
-                    digest=P.digest(request), name="t/0001", scenario="t")
+def exchange(
+    body: dict[str, Any],
+    request: dict[str, Any] = REQUEST,
+    chunks: tuple[RecordedChunk, ...] | None = None,
+) -> Exchange:
+    return Exchange(
+        provider=P.name,
+        request=RecordedRequest("POST", "/v1/responses", request),
+        response=RecordedResponse(200, body, stream=chunks is not None, chunks=chunks),
+        digest=P.digest(request),
+        name="t/0001",
+        scenario="t",
+    )
 
 
 def events(plan: ResponsePlan) -> list[dict[str, Any]]:
@@ -96,28 +134,49 @@ def test_registered_for_both_paths() -> None:
     assert isinstance(provider_for_path("/v1/responses"), OpenAIResponses)
 
 
-@pytest.mark.parametrize(("body", "param", "code"), [
-    ([], "body", "invalid_type"),
-    ({"input": "hi"}, "model", "missing_required_parameter"),
-    ({"model": 3, "input": "hi"}, "model", "invalid_type"),
-    ({"model": "m"}, "input", "missing_required_parameter"),
-    ({"model": "m", "input": {"role": "user"}}, "input", "invalid_type"),
-    ({"model": "m", "input": ["hi"]}, "input[0]", "invalid_type"),
-    ({"model": "m", "input": [{"content": "hi"}]}, "input[0].role",
-     "missing_required_parameter"),
-    ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "input[0].role",
-     "invalid_value"),
-    ({"model": "m", "input": [{"role": "user", "content": None}]}, "input[0].content",
-     "invalid_type"),
-    ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]},
-     "input[0].call_id", "missing_required_parameter"),
-    ({"model": "m", "input": "hi", "tools": {}}, "tools", "invalid_type"),
-    ({"model": "m", "input": "hi", "tools": [{"type": "function"}]}, "tools[0].name",
-     "missing_required_parameter"),
-    ({"model": "m", "input": "hi", "stream": "yes"}, "stream", "invalid_type"),
-    ({"model": "m", "input": "hi", "max_output_tokens": True}, "max_output_tokens",
-     "invalid_type"),
-])
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ([], "body", "invalid_type"),
+        ({"input": "hi"}, "model", "missing_required_parameter"),
+        ({"model": 3, "input": "hi"}, "model", "invalid_type"),
+        ({"model": "m"}, "input", "missing_required_parameter"),
+        ({"model": "m", "input": {"role": "user"}}, "input", "invalid_type"),
+        ({"model": "m", "input": ["hi"]}, "input[0]", "invalid_type"),
+        (
+            {"model": "m", "input": [{"content": "hi"}]},
+            "input[0].role",
+            "missing_required_parameter",
+        ),
+        (
+            {"model": "m", "input": [{"role": "robot", "content": "x"}]},
+            "input[0].role",
+            "invalid_value",
+        ),
+        (
+            {"model": "m", "input": [{"role": "user", "content": None}]},
+            "input[0].content",
+            "invalid_type",
+        ),
+        (
+            {"model": "m", "input": [{"type": "function_call_output", "output": "x"}]},
+            "input[0].call_id",
+            "missing_required_parameter",
+        ),
+        ({"model": "m", "input": "hi", "tools": {}}, "tools", "invalid_type"),
+        (
+            {"model": "m", "input": "hi", "tools": [{"type": "function"}]},
+            "tools[0].name",
+            "missing_required_parameter",
+        ),
+        ({"model": "m", "input": "hi", "stream": "yes"}, "stream", "invalid_type"),
+        (
+            {"model": "m", "input": "hi", "max_output_tokens": True},
+            "max_output_tokens",
+            "invalid_type",
+        ),
+    ],
+)
 def test_validation_refuses_what_the_api_refuses(body: Any, param: str, code: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         P.validate(body)
@@ -132,29 +191,44 @@ def test_every_shipped_request_validates() -> None:
 
 def test_error_envelope_is_openais() -> None:
     plan = P.render_error(400, "bad", kind="invalid_request", code="c", param="input")
-    assert json.loads(plan.body()) == {"error": {"message": "bad", "type":
-                                                 "invalid_request_error", "param": "input",
-                                                 "code": "c"}}
+    assert json.loads(plan.body()) == {
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": "c"}
+    }
 
 
 def test_digest_ignores_transport_sampling_and_storage() -> None:
-    noisy = {**REQUEST, "stream": True, "temperature": 0.1, "max_output_tokens": 9,
-             "store": False, "metadata": {"a": "b"}, "top_p": 0.5}
+    noisy = {
+        **REQUEST,
+        "stream": True,
+        "temperature": 0.1,
+        "max_output_tokens": 9,
+        "store": False,
+        "metadata": {"a": "b"},
+        "top_p": 0.5,
+    }
     assert P.digest(noisy) == P.digest(REQUEST)
 
 
-@pytest.mark.parametrize("change", [
-    {"model": "gpt-4.1"}, {"instructions": "Be long."}, {"input": "Capital of Spain?"},
-    {"tools": [{"type": "function", "name": "f", "parameters": {}}]},
-    {"tool_choice": "required"}, {"text": {"format": {"type": "json_object"}}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model": "gpt-4.1"},
+        {"instructions": "Be long."},
+        {"input": "Capital of Spain?"},
+        {"tools": [{"type": "function", "name": "f", "parameters": {}}]},
+        {"tool_choice": "required"},
+        {"text": {"format": {"type": "json_object"}}},
+    ],
+)
 def test_digest_covers_what_decides_the_answer(change: dict[str, Any]) -> None:
     assert P.digest({**REQUEST, **change}) != P.digest(REQUEST)
 
 
 def test_output_items_passed_back_match_whatever_their_status() -> None:
-    with_status = {**REQUEST, "input": [{"role": "user", "content": "hi"},
-                                        {**call("{}"), "status": "completed"}]}
+    with_status = {
+        **REQUEST,
+        "input": [{"role": "user", "content": "hi"}, {**call("{}"), "status": "completed"}],
+    }
     without = copy.deepcopy(with_status)
     del without["input"][1]["status"]
     assert P.digest(with_status) == P.digest(without)
@@ -189,14 +263,20 @@ def test_stream_has_the_typed_events_in_order() -> None:
     assert got[0]["response"]["status"] == "in_progress" and got[0]["response"]["output"] == []
     assert types.count("response.output_text.delta") == 4
     assert types.count("response.function_call_arguments.delta") >= 2
-    for name in ("response.content_part.added", "response.output_text.done",
-                 "response.content_part.done", "response.function_call_arguments.done",
-                 "response.reasoning_summary_part.added",
-                 "response.reasoning_summary_text.delta",
-                 "response.reasoning_summary_text.done", "response.reasoning_summary_part.done"):
+    for name in (
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.function_call_arguments.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+    ):
         assert name in types
-    assert types.count("response.output_item.added") == types.count(
-        "response.output_item.done") == 3
+    assert (
+        types.count("response.output_item.added") == types.count("response.output_item.done") == 3
+    )
     assert "[DONE]" not in stream_plan(answer).body().decode()
 
 
@@ -217,15 +297,22 @@ def test_shipped_responses_are_sdk_responses_and_round_trip(name: str) -> None:
     assert P.assemble(frames) == body and P.stream_complete(frames)
 
 
-_TEXT = st.text(alphabet=st.characters(codec="utf-8"),
-                max_size=60)
+_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60)
 _ITEM = st.one_of(
     st.builds(lambda t, i: message(t, f"msg_{i}"), _TEXT, st.integers(0, 99)),
-    st.builds(lambda a, i: call(json.dumps(a), f"fc_{i}"),
-              st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=4),
-              st.integers(0, 99)),
-    st.builds(lambda t: {"type": "reasoning", "id": "rs_x",
-                         "summary": [{"type": "summary_text", "text": t}]}, _TEXT),
+    st.builds(
+        lambda a, i: call(json.dumps(a), f"fc_{i}"),
+        st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=4),
+        st.integers(0, 99),
+    ),
+    st.builds(
+        lambda t: {
+            "type": "reasoning",
+            "id": "rs_x",
+            "summary": [{"type": "summary_text", "text": t}],
+        },
+        _TEXT,
+    ),
 )
 
 
@@ -246,10 +333,12 @@ def test_stream_complete_on_failure_events() -> None:
     frames = P.stream_frames(ANSWER)[:3]
     error = P.stream_error_frame("boom", status=500).decode()
     assert P.stream_complete([*frames, error])
-    assert P.assemble([*frames, error]) == {"error": {"message": "boom", "type": "server_error",
-                                                      "param": None, "code": "server_error"}}
-    failed = P.stream_frames({**ANSWER, "status": "failed",
-                              "error": {"code": "server_error", "message": "x"}})
+    assert P.assemble([*frames, error]) == {
+        "error": {"message": "boom", "type": "server_error", "param": None, "code": "server_error"}
+    }
+    failed = P.stream_frames(
+        {**ANSWER, "status": "failed", "error": {"code": "server_error", "message": "x"}}
+    )
     assert failed[-1].startswith("event: response.failed\n") and P.stream_complete(failed)
     assert not P.stream_complete([])
 
@@ -271,8 +360,9 @@ def context(answer: dict[str, Any], stream: bool) -> tuple[ResponsePlan, FaultCo
     return render(answer), FaultContext(P, stream, answer, render)
 
 
-def fault(type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False,
-          **params: Any) -> tuple[ResponsePlan, ResponsePlan]:
+def fault(
+    type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False, **params: Any
+) -> tuple[ResponsePlan, ResponsePlan]:
     plan, ctx = context(answer, stream)
     out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
     assert out is not None
@@ -293,8 +383,9 @@ def test_answer_frames_are_those_before_response_completed() -> None:
     assert events(plan)[count]["type"] == "response.completed"
 
 
-@pytest.mark.parametrize("kind", ["truncated_stream", "dropped_connection", "connection_reset",
-                                  "stall", "garbage"])
+@pytest.mark.parametrize(
+    "kind", ["truncated_stream", "dropped_connection", "connection_reset", "stall", "garbage"]
+)
 def test_cuts_never_keep_response_completed(kind: str) -> None:
     plan, out = fault(kind, ANSWER, True, after_chunks=1000)
     kept = [p for p in out.pieces if p.data.startswith(b"event:")]
@@ -302,7 +393,10 @@ def test_cuts_never_keep_response_completed(kind: str) -> None:
     assert not P.stream_complete([p.data.decode() for p in kept])
     _, out = fault(kind, ANSWER, True, after_chunks=3)
     assert [e["type"] for e in events(out.with_(pieces=out.pieces[:3]))] == [
-        "response.created", "response.in_progress", "response.output_item.added"]
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+    ]
     if kind == "dropped_connection":
         assert out.ending is Ending.CLOSE
     if kind == "connection_reset":
@@ -323,14 +417,19 @@ def test_error_in_200_json_is_the_error_envelope() -> None:
     assert out.status == 200 and json.loads(out.body())["error"]["type"] == "server_error"
 
 
-@pytest.mark.parametrize(("kind", "params", "status", "type_"), [
-    ("http_503", {}, 503, "server_error"), ("http_429", {"retry_after": 2}, 429, "requests"),
-    ("http_error", {"status": 401}, 401, "invalid_request_error"),
-    ("http_error", {"status": 500}, 500, "server_error"),
-])
+@pytest.mark.parametrize(
+    ("kind", "params", "status", "type_"),
+    [
+        ("http_503", {}, 503, "server_error"),
+        ("http_429", {"retry_after": 2}, 429, "requests"),
+        ("http_error", {"status": 401}, 401, "invalid_request_error"),
+        ("http_error", {"status": 500}, 500, "server_error"),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
-def test_http_errors_carry_the_envelope(kind: str, params: dict[str, Any], status: int,
-                                        type_: str, stream: bool) -> None:
+def test_http_errors_carry_the_envelope(
+    kind: str, params: dict[str, Any], status: int, type_: str, stream: bool
+) -> None:
     _, out = fault(kind, ANSWER, stream, **params)
     assert out.status == status
     assert json.loads(out.body())["error"]["type"] == type_
@@ -340,8 +439,9 @@ def test_http_errors_carry_the_envelope(kind: str, params: dict[str, Any], statu
 def test_empty_response(stream: bool) -> None:
     answer = response(REASONING, message("Paris."), call("{}"))
     _, out = fault("empty_response", answer, stream)
-    body = json.loads(out.body()) if not stream else P.assemble(
-        [p.data.decode() for p in out.pieces])
+    body = (
+        json.loads(out.body()) if not stream else P.assemble([p.data.decode() for p in out.pieces])
+    )
     parsed = Response.model_validate(body)
     assert parsed.output_text == "" and len(parsed.output) == 1
     assert parsed.output[0].type == "message" and parsed.output[0].content == []
@@ -360,9 +460,11 @@ def test_malformed_tool_args_json() -> None:
 def test_malformed_tool_args_in_the_argument_deltas() -> None:
     _, out = fault("malformed_tool_args", TOOL_ANSWER, True)
     got = events(out)
-    deltas = "".join(e["delta"] for e in got
-                     if e["type"] == "response.function_call_arguments.delta"
-                     and e["item_id"] == "fc_1")
+    deltas = "".join(
+        e["delta"]
+        for e in got
+        if e["type"] == "response.function_call_arguments.delta" and e["item_id"] == "fc_1"
+    )
     with pytest.raises(json.JSONDecodeError):
         json.loads(deltas)
     done = next(e for e in got if e["type"] == "response.function_call_arguments.done")

@@ -77,8 +77,9 @@ def test_create_stream(sdk: openai.OpenAI, name: str) -> None:
     assert text == expected(name).output_text
     frames = recording(name)["response"].get("chunks")
     if frames:  # recorded from a stream: the very events that were recorded
-        assert events == [EVENTS.validate_json(data)
-                          for _, data in iter_events([f["data"] for f in frames])]
+        assert events == [
+            EVENTS.validate_json(data) for _, data in iter_events([f["data"] for f in frames])
+        ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -98,8 +99,11 @@ def test_function_call_and_its_output(sdk: openai.OpenAI) -> None:
     assert json.loads(call.arguments) == {"location": "Paris, France", "unit": "celsius"}
     follow = request("responses-tools/0002")
     assert follow["input"][1]["call_id"] == call.call_id
-    assert follow["input"][2] == {"type": "function_call_output", "call_id": call.call_id,
-                                  "output": follow["input"][2]["output"]}
+    assert follow["input"][2] == {
+        "type": "function_call_output",
+        "call_id": call.call_id,
+        "output": follow["input"][2]["output"],
+    }
     answer = sdk.responses.create(**follow)
     assert "18 °C" in answer.output_text
 
@@ -116,8 +120,9 @@ def test_function_call_streamed_argument_deltas(sdk: openai.OpenAI) -> None:
 def test_reasoning_summary_streamed(sdk: openai.OpenAI) -> None:
     name = "responses-reasoning/0001"
     with sdk.responses.stream(**request(name)) as stream:
-        summary = "".join(e.delta for e in stream
-                          if e.type == "response.reasoning_summary_text.delta")
+        summary = "".join(
+            e.delta for e in stream if e.type == "response.reasoning_summary_text.delta"
+        )
         final = stream.get_final_response()
     assert summary.startswith("**Checking divisibility**")
     assert final.output[0].type == "reasoning" and final.output_text.startswith("No.")
@@ -130,8 +135,9 @@ def test_async_create_and_stream(shared_server: ChaosServer, name: str) -> None:
             await exercise()
 
     async def exercise() -> None:
-        async with openai.AsyncOpenAI(base_url=shared_server.base_url, api_key="sk-test",
-                                      max_retries=0, timeout=10) as client:
+        async with openai.AsyncOpenAI(
+            base_url=shared_server.base_url, api_key="sk-test", max_retries=0, timeout=10
+        ) as client:
             assert await client.responses.create(**request(name)) == expected(name)
             stream = await client.responses.create(**request(name, stream=True))
             async with stream:
@@ -153,17 +159,21 @@ def test_miss_is_a_not_found_error(sdk: openai.OpenAI) -> None:
 
 def test_bad_request_is_a_bad_request_error(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        bad: dict[str, Any] = {"model": "gpt-4.1-mini",
-                               "input": [{"role": "robot", "content": "x"}]}
+        bad: dict[str, Any] = {
+            "model": "gpt-4.1-mini",
+            "input": [{"role": "robot", "content": "x"}],
+        }
         sdk.responses.create(**bad)
     assert info.value.param == "input[0].role"
 
 
 def test_record_then_replay_through_the_proxy(tmp_path: Path) -> None:
     record_dir = tmp_path / "recorded"
-    with ChaosServer() as upstream, \
-            ChaosServer(mode="record", upstream=upstream.url, record_dir=record_dir) as proxy, \
-            openai_client(proxy) as client:
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(mode="record", upstream=upstream.url, record_dir=record_dir) as proxy,
+        openai_client(proxy) as client,
+    ):
         json_answer = client.responses.create(**request(TOOLS))
         with client.responses.create(**request(STREAMED, stream=True)) as stream:
             events = list(stream)
@@ -196,8 +206,14 @@ class Outcome:
     elapsed: float = 0.0
 
 
-def run(server: ChaosServer, how: str, *, name: str = STREAMED, max_retries: int = 2,
-        timeout: float = 5.0) -> Outcome:
+def run(
+    server: ChaosServer,
+    how: str,
+    *,
+    name: str = STREAMED,
+    max_retries: int = 2,
+    timeout: float = 5.0,
+) -> Outcome:
     """One SDK call: ``json`` (create), ``stream`` (create stream=True) or ``helper``
     (responses.stream + get_final_response)."""
     started = time.monotonic()
@@ -205,8 +221,9 @@ def run(server: ChaosServer, how: str, *, name: str = STREAMED, max_retries: int
     raised_in: str | None = "create"
     result: Response | None = None
     events: list[Any] = []
-    with openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=max_retries,
-                       timeout=timeout) as client:
+    with openai.OpenAI(
+        base_url=server.base_url, api_key="sk-test", max_retries=max_retries, timeout=timeout
+    ) as client:
         try:
             if how == "json":
                 result = client.responses.create(**request(name))
@@ -224,10 +241,14 @@ def run(server: ChaosServer, how: str, *, name: str = STREAMED, max_retries: int
             error = exc
         else:
             raised_in = None
-    return Outcome(attempts=[e["fault"]["type"] if e["fault"] else None
-                             for e in server.requests()],
-                   error=error, raised_in=raised_in, response=result, events=events,
-                   elapsed=time.monotonic() - started)
+    return Outcome(
+        attempts=[e["fault"]["type"] if e["fault"] else None for e in server.requests()],
+        error=error,
+        raised_in=raised_in,
+        response=result,
+        events=events,
+        elapsed=time.monotonic() - started,
+    )
 
 
 def assert_raised(out: Outcome, cls: type[Exception], where: str) -> None:
@@ -243,8 +264,9 @@ def test_http_503_is_retried_then_answered(server: ChaosServer, how: str) -> Non
 
 
 @pytest.mark.parametrize("how", ["json", "stream", "helper"])
-def test_http_503_beyond_the_retries_is_an_internal_server_error(server: ChaosServer,
-                                                                how: str) -> None:
+def test_http_503_beyond_the_retries_is_an_internal_server_error(
+    server: ChaosServer, how: str
+) -> None:
     server.arm("http_503", retry_after=0.05, remaining=3)
     out = run(server, how)
     assert out.attempts == ["http_503"] * 3
@@ -257,8 +279,7 @@ def test_http_429_is_a_rate_limit_error_without_retries(server: ChaosServer) -> 
     assert_raised(out, openai.RateLimitError, "create")
 
 
-def test_error_in_200_mid_stream_is_an_error_event_not_an_exception(
-        server: ChaosServer) -> None:
+def test_error_in_200_mid_stream_is_an_error_event_not_an_exception(server: ChaosServer) -> None:
     server.arm("error_in_200", after_chunks=4)
     out = run(server, "stream")
     assert out.attempts == ["error_in_200"] and out.error is None
@@ -280,8 +301,7 @@ def test_error_in_200_json_is_a_response_without_output(server: ChaosServer) -> 
     assert out.response.output is None and out.response.id is None
 
 
-def test_truncated_stream_ends_silently_without_response_completed(
-        server: ChaosServer) -> None:
+def test_truncated_stream_ends_silently_without_response_completed(server: ChaosServer) -> None:
     server.arm("truncated_stream", after_chunks=5)
     out = run(server, "stream")
     assert out.attempts == ["truncated_stream"] and out.error is None
@@ -303,8 +323,9 @@ def test_truncated_json_is_a_bare_json_decode_error(server: ChaosServer) -> None
 
 @pytest.mark.parametrize("how", ["stream", "helper"])
 @pytest.mark.parametrize("kind", ["dropped_connection", "connection_reset"])
-def test_broken_connection_mid_stream_is_a_connection_error(server: ChaosServer, how: str,
-                                                            kind: str) -> None:
+def test_broken_connection_mid_stream_is_a_connection_error(
+    server: ChaosServer, how: str, kind: str
+) -> None:
     server.arm(kind, after_chunks=5)
     out = run(server, how)
     assert out.attempts == [kind]  # a stream that started is never retried
@@ -331,14 +352,14 @@ def test_malformed_tool_args_json_and_stream_pass_through(server: ChaosServer) -
     server.arm("malformed_tool_args")
     out = run(server, "stream", name=TOOLS)
     assert out.error is None and out.events[-1].type == "response.completed"
-    deltas = "".join(e.delta for e in out.events
-                     if e.type == "response.function_call_arguments.delta")
+    deltas = "".join(
+        e.delta for e in out.events if e.type == "response.function_call_arguments.delta"
+    )
     with pytest.raises(json.JSONDecodeError):
         json.loads(deltas)
 
 
-def test_malformed_tool_args_breaks_the_helper_parsing_strict_tools(
-        server: ChaosServer) -> None:
+def test_malformed_tool_args_breaks_the_helper_parsing_strict_tools(server: ChaosServer) -> None:
     # The helper parses a strict function tool's arguments: the bad JSON surfaces there.
     server.arm("malformed_tool_args")
     out = run(server, "helper", name=TOOLS)

@@ -48,20 +48,29 @@ def accumulate(chunks: list[ChatCompletionChunk]) -> dict[str, Any]:
                     slot["name"] += call.function.name or ""
                     slot["arguments"] += call.function.arguments or ""
             finish = choice.finish_reason or finish
-    return {"text": text, "reasoning": reasoning, "finish": finish, "usage": usage,
-            "calls": [calls[i] for i in sorted(calls)]}
+    return {
+        "text": text,
+        "reasoning": reasoning,
+        "finish": finish,
+        "usage": usage,
+        "calls": [calls[i] for i in sorted(calls)],
+    }
 
 
 def expected_stream(name: str) -> dict[str, Any]:
     body = recording(name)["response"]["body"]
     choice = body["choices"][0]
     message = choice["message"]
-    return {"text": message.get("content") or "",
-            "reasoning": message.get("reasoning_content") or "",
-            "finish": choice["finish_reason"], "usage": body.get("usage"),
-            "calls": [{"id": c["id"], "name": c["function"]["name"],
-                       "arguments": c["function"]["arguments"]}
-                      for c in message.get("tool_calls") or []]}
+    return {
+        "text": message.get("content") or "",
+        "reasoning": message.get("reasoning_content") or "",
+        "finish": choice["finish_reason"],
+        "usage": body.get("usage"),
+        "calls": [
+            {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+            for c in message.get("tool_calls") or []
+        ],
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -78,43 +87,57 @@ def test_sync_stream(sdk: openai.OpenAI, name: str) -> None:
     want = expected_stream(name)
     assert got["text"] == want["text"] and got["reasoning"] == want["reasoning"]
     assert got["calls"] == want["calls"] and got["finish"] == want["finish"]
-    assert ChatCompletion.model_validate(recording(name)["response"]["body"]).usage is None \
-        or got["usage"] == ChatCompletion.model_validate(
-            recording(name)["response"]["body"]).usage.model_dump()  # type: ignore[union-attr]
+    assert (
+        ChatCompletion.model_validate(recording(name)["response"]["body"]).usage is None
+        or got["usage"]
+        == ChatCompletion.model_validate(recording(name)["response"]["body"]).usage.model_dump()
+    )  # type: ignore[union-attr]
     frames = recording(name)["response"].get("chunks")
     if frames:  # recorded from a stream: the very chunks that were recorded
-        recorded = [ChatCompletionChunk.model_validate_json(data)
-                    for data in iter_frame_payloads([f["data"] for f in frames])
-                    if data != "[DONE]"]
+        recorded = [
+            ChatCompletionChunk.model_validate_json(data)
+            for data in iter_frame_payloads([f["data"] for f in frames])
+            if data != "[DONE]"
+        ]
         assert chunks == recorded
 
 
-@pytest.mark.parametrize("name", ["tool-call/0001", "parallel-tools/0001",
-                                  "streaming-tools/0001", "streaming-usage/0001",
-                                  "reasoning/0001", "structured-output/0001"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tool-call/0001",
+        "parallel-tools/0001",
+        "streaming-tools/0001",
+        "streaming-usage/0001",
+        "reasoning/0001",
+        "structured-output/0001",
+    ],
+)
 def test_async_json_and_stream(shared_server: ChaosServer, name: str) -> None:
     async def main() -> None:
         with anyio.fail_after(20):
             await exercise()
 
     async def exercise() -> None:
-        async with openai.AsyncOpenAI(base_url=shared_server.base_url, api_key="sk-test",
-                                      max_retries=0, timeout=10) as client:
-            completion = await client.chat.completions.create(
-                **request_body(name, stream=False))
+        async with openai.AsyncOpenAI(
+            base_url=shared_server.base_url, api_key="sk-test", max_retries=0, timeout=10
+        ) as client:
+            completion = await client.chat.completions.create(**request_body(name, stream=False))
             assert completion == expected_completion(name)
             stream = await client.chat.completions.create(**request_body(name, stream=True))
             chunks = [chunk async for chunk in stream]
             got, want = accumulate(chunks), expected_stream(name)
-            assert (got["text"], got["calls"], got["finish"]) == \
-                (want["text"], want["calls"], want["finish"])
+            assert (got["text"], got["calls"], got["finish"]) == (
+                want["text"],
+                want["calls"],
+                want["finish"],
+            )
 
     anyio.run(main)
 
 
 def test_parallel_tool_calls_as_sdk_objects(sdk: openai.OpenAI) -> None:
-    completion = sdk.chat.completions.create(
-        **request_body("parallel-tools/0001", stream=False))
+    completion = sdk.chat.completions.create(**request_body("parallel-tools/0001", stream=False))
     calls = completion.choices[0].message.tool_calls
     assert calls is not None and len(calls) == 2
     arguments = [json.loads(c.function.arguments) for c in calls]
@@ -125,17 +148,21 @@ def test_parallel_tool_calls_as_sdk_objects(sdk: openai.OpenAI) -> None:
 
 def test_recorded_frames_replay_byte_identical_on_the_wire(server: ChaosServer) -> None:
     rec = recording("long-answer/0001")
-    with httpx.Client(timeout=10) as client, \
-            client.stream("POST", server.url + "/v1/chat/completions",
-                          json=rec["request"]["body"]) as response:
+    with (
+        httpx.Client(timeout=10) as client,
+        client.stream(
+            "POST", server.url + "/v1/chat/completions", json=rec["request"]["body"]
+        ) as response,
+    ):
         received = b"".join(response.iter_raw())
     assert received == "".join(c["data"] for c in rec["response"]["chunks"]).encode()
 
 
 def test_embeddings_and_models_through_the_sdk(sdk: openai.OpenAI) -> None:
     client = sdk
-    result = client.embeddings.create(model="text-embedding-3-small", input=["a", "b"],
-                                      dimensions=32)
+    result = client.embeddings.create(
+        model="text-embedding-3-small", input=["a", "b"], dimensions=32
+    )
     assert [len(d.embedding) for d in result.data] == [32, 32]
     again = client.embeddings.create(model="text-embedding-3-small", input="a", dimensions=32)
     assert again.data[0].embedding == pytest.approx(result.data[0].embedding, rel=1e-6)

@@ -15,16 +15,30 @@ from chaosllm.store import RecordingStore, exchange_to_json, parse_exchange, saf
 
 P = OpenAIChat()
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-          "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"},
-                       "logprobs": None, "finish_reason": "stop"}], "usage": None}
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "hello"},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": None,
+}
 
 
 def recording(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {"chaosllm": 1, "provider": "openai.chat",
-                            "request": {"method": "POST", "path": "/v1/chat/completions",
-                                        "body": BODY},
-                            "response": {"status": 200, "body": ANSWER}}
+    data: dict[str, Any] = {
+        "chaosllm": 1,
+        "provider": "openai.chat",
+        "request": {"method": "POST", "path": "/v1/chat/completions", "body": BODY},
+        "response": {"status": 200, "body": ANSWER},
+    }
     data.update(overrides)
     return data
 
@@ -64,9 +78,16 @@ def test_corrupt_files_are_reported_and_the_rest_loads(tmp_path: Path) -> None:
 
 def test_missing_body_is_assembled_from_chunks(tmp_path: Path) -> None:
     frames = P.stream_frames(ANSWER, include_usage=False)
-    write(tmp_path / "s" / "0001.json",
-          recording(response={"status": 200, "stream": True,
-                              "chunks": [{"data": f, "delay_ms": 1} for f in frames]}))
+    write(
+        tmp_path / "s" / "0001.json",
+        recording(
+            response={
+                "status": 200,
+                "stream": True,
+                "chunks": [{"data": f, "delay_ms": 1} for f in frames],
+            }
+        ),
+    )
     [exchange] = RecordingStore.load([tmp_path]).exchanges
     assert exchange.response.body["choices"][0]["message"]["content"] == "hello"
     assert exchange.response.chunks is not None and len(exchange.response.chunks) == len(frames)
@@ -105,7 +126,16 @@ def test_shipped_recordings_all_load() -> None:
     assert store.errors == []
     assert len(store.exchanges) >= 20
     scenarios = set(store.by_scenario)
-    assert {"simple-chat", "multi-turn", "tool-call", "parallel-tools", "streaming-usage",
-            "structured-output", "reasoning", "refusal", "knowledge"} <= scenarios
+    assert {
+        "simple-chat",
+        "multi-turn",
+        "tool-call",
+        "parallel-tools",
+        "streaming-usage",
+        "structured-output",
+        "reasoning",
+        "refusal",
+        "knowledge",
+    } <= scenarios
     for exchange in store.exchanges:
         assert exchange.stored_digest in (None, exchange.digest), exchange.name

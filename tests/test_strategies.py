@@ -34,22 +34,26 @@ def test_after_chunks_range(spec: dict[str, Any]) -> None:
     assert 0 <= spec["after_chunks"] <= 2
 
 
-@pytest.mark.parametrize(("factory", "kwargs", "fragment"), [
-    (faults, {"types": []}, "at least one"),
-    (faults, {"types": ["nope"]}, "unknown fault type 'nope'"),
-    (faults, {"types": "http_503"}, "sequence of fault type names"),
-    (faults, {"types": ["http_503", "http_503"]}, "twice"),
-    (faults, {"max_after_chunks": -1}, "max_after_chunks"),
-    (faults, {"max_retry_after": float("nan")}, "max_retry_after"),
-    (faults, {"remaining": 0}, "remaining"),
-    (faults, {"statuses": [200]}, "statuses"),
-    (faults, {"session": 3}, "session"),
-    (fault_schedules, {"min_faults": 3, "max_faults": 1}, "more than max_faults"),
-    (fault_schedules, {"max_faults": -1}, "max_faults"),
-    (fault_schedules, {"colour": "red"}, "unknown option 'colour'"),
-])
-def test_arguments_are_validated_at_once(factory: Any, kwargs: dict[str, Any],
-                                         fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "fragment"),
+    [
+        (faults, {"types": []}, "at least one"),
+        (faults, {"types": ["nope"]}, "unknown fault type 'nope'"),
+        (faults, {"types": "http_503"}, "sequence of fault type names"),
+        (faults, {"types": ["http_503", "http_503"]}, "twice"),
+        (faults, {"max_after_chunks": -1}, "max_after_chunks"),
+        (faults, {"max_retry_after": float("nan")}, "max_retry_after"),
+        (faults, {"remaining": 0}, "remaining"),
+        (faults, {"statuses": [200]}, "statuses"),
+        (faults, {"session": 3}, "session"),
+        (fault_schedules, {"min_faults": 3, "max_faults": 1}, "more than max_faults"),
+        (fault_schedules, {"max_faults": -1}, "max_faults"),
+        (fault_schedules, {"colour": "red"}, "unknown option 'colour'"),
+    ],
+)
+def test_arguments_are_validated_at_once(
+    factory: Any, kwargs: dict[str, Any], fragment: str
+) -> None:
     with pytest.raises(InvalidArgument, match=fragment):
         factory(**kwargs)  # no example drawn
 
@@ -63,7 +67,9 @@ def test_schedules_shrink_to_the_shortest_simplest() -> None:
     quiet = settings(database=None, max_examples=500, derandomize=True)
     smallest = find(fault_schedules(max_faults=4), lambda s: len(s) >= 2, settings=quiet)
     assert smallest == [{"type": "http_503", "retry_after": 0.025, "remaining": 1}] * 2
-    smallest = find(fault_schedules(max_faults=4),
-                    lambda s: any(f["type"] == "dropped_connection" for f in s),
-                    settings=quiet)
+    smallest = find(
+        fault_schedules(max_faults=4),
+        lambda s: any(f["type"] == "dropped_connection" for f in s),
+        settings=quiet,
+    )
     assert smallest == [{"type": "dropped_connection", "after_chunks": 0, "remaining": 1}]

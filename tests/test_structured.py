@@ -20,8 +20,9 @@ NAME = "structured-output/0001"
 
 
 def answer_with(content: str | None, **message: Any) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content,
-                                                 **message}}]}
+    return {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, **message}}]
+    }
 
 
 def test_request_schema() -> None:
@@ -38,9 +39,20 @@ def test_answer_checks() -> None:
     assert answer_schema_problem(body, recorded) is None
     problem = answer_schema_problem(body, answer_with(json.dumps({"name": "Offsite"})))
     assert problem is not None and "'date' is a required property" in problem
-    problem = answer_schema_problem(body, answer_with(json.dumps({
-        "name": "Offsite", "date": "2026-03-12", "start_time": "09:30", "location": "Lisbon",
-        "participants": "Priya"})))
+    problem = answer_schema_problem(
+        body,
+        answer_with(
+            json.dumps(
+                {
+                    "name": "Offsite",
+                    "date": "2026-03-12",
+                    "start_time": "09:30",
+                    "location": "Lisbon",
+                    "participants": "Priya",
+                }
+            )
+        ),
+    )
     assert problem is not None and "at $.participants" in problem
     problem = answer_schema_problem(body, answer_with("Sure! Here it is: {"))
     assert problem is not None and "not JSON" in problem
@@ -54,8 +66,9 @@ def test_answer_checks() -> None:
 
 @pytest.fixture
 def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0,
-                       timeout=10) as client:
+    with openai.OpenAI(
+        base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
+    ) as client:
         yield client
 
 
@@ -72,9 +85,16 @@ def test_a_schema_changed_under_a_recording_is_an_error(server: ChaosServer) -> 
     schema["required"].append("priority")
     # served in order to this session, whatever the request says
     server.use_scenario("structured-output", "schema")
-    with openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10,
-                       default_headers={"X-Chaosllm-Session": "schema"}) as sdk, \
-            pytest.raises(openai.UnprocessableEntityError) as caught:
+    with (
+        openai.OpenAI(
+            base_url=server.base_url,
+            api_key="sk-test",
+            max_retries=0,
+            timeout=10,
+            default_headers={"X-Chaosllm-Session": "schema"},
+        ) as sdk,
+        pytest.raises(openai.UnprocessableEntityError) as caught,
+    ):
         sdk.chat.completions.create(**changed)
     message = str(caught.value)
     assert "'priority' is a required property" in message and "re-record it" in message
@@ -86,12 +106,15 @@ def test_a_schema_changed_under_a_recording_is_an_error(server: ChaosServer) -> 
 
 def test_a_stale_recorded_answer_is_refused_as_json_and_stream(tmp_path: Path) -> None:
     rec = recording(NAME)
-    rec["response"]["body"]["choices"][0]["message"]["content"] = json.dumps(
-        {"title": "Offsite"})
+    rec["response"]["body"]["choices"][0]["message"]["content"] = json.dumps({"title": "Offsite"})
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "0001.json").write_text(json.dumps(rec), "utf-8")
-    with ChaosServer(tmp_path) as server, openai.OpenAI(
-            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10) as sdk:
+    with (
+        ChaosServer(tmp_path) as server,
+        openai.OpenAI(
+            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
+        ) as sdk,
+    ):
         for stream in (False, True):
             with pytest.raises(openai.UnprocessableEntityError) as caught:
                 sdk.chat.completions.create(**request_body(NAME, stream=stream))

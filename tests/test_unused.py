@@ -17,8 +17,7 @@ def test_unused_lists_what_was_never_served_since_the_last_reset(tmp_path: Path)
         path = tmp_path / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(recording(name)), "utf-8")
-    with ChaosServer(tmp_path) as server, \
-            httpx.Client(base_url=server.url, timeout=10) as client:
+    with ChaosServer(tmp_path) as server, httpx.Client(base_url=server.url, timeout=10) as client:
         assert server.unused() == ["knowledge/0001", "knowledge/0002", "simple-chat/0001"]
         body = recording("knowledge/0002")["request"]["body"]
         assert client.post("/v1/chat/completions", json=body).status_code == 200
@@ -28,8 +27,10 @@ def test_unused_lists_what_was_never_served_since_the_last_reset(tmp_path: Path)
         summary = client.get("/__requests").json()["summary"]
         assert summary["unused"] == ["knowledge/0001", "simple-chat/0001"]
         assert summary["requests"] == 1 and summary["misses"] == 0
-        assert "2 of 3 recordings never served since the last reset: knowledge/0001, " \
-               "simple-chat/0001" in summary["text"]
+        assert (
+            "2 of 3 recordings never served since the last reset: knowledge/0001, "
+            "simple-chat/0001" in summary["text"]
+        )
         # a request a fault destroyed did not use its recording
         server.arm("http_503")
         simple = recording("simple-chat/0001")["request"]["body"]

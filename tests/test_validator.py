@@ -22,8 +22,11 @@ USER = {"role": "user", "content": "What is the weather in Paris and Rome?"}
 
 
 def call(call_id: str, city: str = "Paris") -> dict[str, Any]:
-    return {"id": call_id, "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+    }
 
 
 def calls(*ids: str) -> dict[str, Any]:
@@ -46,13 +49,24 @@ WELL_FORMED = {
     "single turn": body(SYSTEM, USER),
     "no system prompt": body(USER),
     "developer prompt": body({"role": "developer", "content": "Be brief."}, USER),
-    "tool round trip": body(SYSTEM, USER, calls("call_1"), result("call_1"),
-                            {"role": "assistant", "content": "Sunny."}),
-    "parallel tool calls": body(SYSTEM, USER, calls("call_1", "call_2"), result("call_2"),
-                                result("call_1"), {"role": "assistant", "content": "Both."},
-                                {"role": "user", "content": "Thanks! And Berlin?"}),
-    "multi-turn": body(SYSTEM, USER, {"role": "assistant", "content": "Which one first?"},
-                       {"role": "user", "content": "Paris."}),
+    "tool round trip": body(
+        SYSTEM, USER, calls("call_1"), result("call_1"), {"role": "assistant", "content": "Sunny."}
+    ),
+    "parallel tool calls": body(
+        SYSTEM,
+        USER,
+        calls("call_1", "call_2"),
+        result("call_2"),
+        result("call_1"),
+        {"role": "assistant", "content": "Both."},
+        {"role": "user", "content": "Thanks! And Berlin?"},
+    ),
+    "multi-turn": body(
+        SYSTEM,
+        USER,
+        {"role": "assistant", "content": "Which one first?"},
+        {"role": "user", "content": "Paris."},
+    ),
     "content parts": body({"role": "user", "content": [{"type": "text", "text": "hi"}]}),
     "two different user messages": body(USER, {"role": "user", "content": "Also Rome."}),
     "empty tool content": body(USER, calls("call_1"), result("call_1", "")),
@@ -75,8 +89,15 @@ def test_system_prompt_present_passes_when_expected() -> None:
 
 
 def test_orphan_tool_call() -> None:
-    found = validate_conversation(body(SYSTEM, USER, calls("call_1", "call_2"),
-                                       result("call_1"), {"role": "user", "content": "?"}))
+    found = validate_conversation(
+        body(
+            SYSTEM,
+            USER,
+            calls("call_1", "call_2"),
+            result("call_1"),
+            {"role": "user", "content": "?"},
+        )
+    )
     assert checks(found) == ["orphan_tool_call"]
     assert found[0].index == 2 and found[0].param == "messages.[2].role"
     assert "did not have response messages: call_2" in found[0].message
@@ -90,8 +111,9 @@ def test_orphan_tool_result() -> None:
     assert found[0].param == "messages.[2].role"
     assert "must be a response to a preceeding message with 'tool_calls'" in found[0].message
     # a result for a call the assistant message did not make
-    assert checks(validate_conversation(body(USER, calls("call_1"), result("call_1"),
-                                             result("call_7")))) == ["orphan_tool_result"]
+    assert checks(
+        validate_conversation(body(USER, calls("call_1"), result("call_1"), result("call_7")))
+    ) == ["orphan_tool_result"]
 
 
 def test_null_tool_content() -> None:
@@ -102,12 +124,16 @@ def test_null_tool_content() -> None:
 
 
 def test_role_order() -> None:
-    starts_with_assistant = validate_conversation(body(
-        SYSTEM, {"role": "assistant", "content": "Hello!"}, USER))
+    starts_with_assistant = validate_conversation(
+        body(SYSTEM, {"role": "assistant", "content": "Hello!"}, USER)
+    )
     assert checks(starts_with_assistant) == ["role_order"]
     assert starts_with_assistant[0].index == 1
-    assistant_twice = validate_conversation(body(
-        USER, {"role": "assistant", "content": "One."}, {"role": "assistant", "content": "Two."}))
+    assistant_twice = validate_conversation(
+        body(
+            USER, {"role": "assistant", "content": "One."}, {"role": "assistant", "content": "Two."}
+        )
+    )
     assert checks(assistant_twice) == ["role_order"] and assistant_twice[0].index == 2
 
 
@@ -142,12 +168,10 @@ def test_findings_are_journaled_and_listed(server: ChaosServer) -> None:
     good = recording("simple-chat/0001")["request"]["body"]
     with httpx.Client(base_url=server.url, timeout=10) as client:
         assert client.post("/v1/chat/completions", json=good).status_code == 200
-        r = client.post("/v1/chat/completions", json=ORPHAN,
-                        headers={"x-chaosllm-session": "s1"})
+        r = client.post("/v1/chat/completions", json=ORPHAN, headers={"x-chaosllm-session": "s1"})
         assert r.status_code == 404  # not refused: no recording answers it
         listed = client.get("/__findings").json()["findings"]
-        assert client.get("/__findings", params={"session": "other"}).json() == \
-            {"findings": []}
+        assert client.get("/__findings", params={"session": "other"}).json() == {"findings": []}
     journal = server.requests()
     assert journal[0]["findings"] == []
     assert [f["check"] for f in journal[1]["findings"]] == ["orphan_tool_result"]
@@ -158,8 +182,9 @@ def test_findings_are_journaled_and_listed(server: ChaosServer) -> None:
 
 
 def test_strict_refuses_with_the_providers_400(strict_server: ChaosServer) -> None:
-    with openai.OpenAI(base_url=strict_server.base_url, api_key="sk-test", max_retries=0,
-                       timeout=10) as sdk:
+    with openai.OpenAI(
+        base_url=strict_server.base_url, api_key="sk-test", max_retries=0, timeout=10
+    ) as sdk:
         with pytest.raises(openai.BadRequestError) as caught:
             sdk.chat.completions.create(**ORPHAN)
         error = caught.value
@@ -180,26 +205,27 @@ def test_strict_refusal_consumes_nothing(tmp_path: Path) -> None:
     rec = recording("simple-chat/0001")
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "0001.json").write_text(json.dumps(rec), "utf-8")
-    with ChaosServer(tmp_path, strict=True) as server, \
-            httpx.Client(base_url=server.url, timeout=10) as client:
+    with (
+        ChaosServer(tmp_path, strict=True) as server,
+        httpx.Client(base_url=server.url, timeout=10) as client,
+    ):
         server.use_scenario("s")
         bad = dict(rec["request"]["body"])
         bad["messages"] = [*bad["messages"], dict(bad["messages"][-1])]  # doubled user
         assert client.post("/v1/chat/completions", json=bad).status_code == 400
         assert server.unused() == ["s/0001"]
-        assert client.post("/v1/chat/completions",
-                           json=rec["request"]["body"]).status_code == 200
+        assert client.post("/v1/chat/completions", json=rec["request"]["body"]).status_code == 200
 
 
-def test_missing_system_prompt_is_found_against_the_served_recording(
-        server: ChaosServer) -> None:
+def test_missing_system_prompt_is_found_against_the_served_recording(server: ChaosServer) -> None:
     server.use_scenario("knowledge", "nosys")
     recorded = recording("knowledge/0001")["request"]["body"]
     assert recorded["messages"][0]["role"] == "system"
     without = {**recorded, "messages": recorded["messages"][1:]}
     with httpx.Client(base_url=server.url, timeout=10) as client:
-        r = client.post("/v1/chat/completions", json=without,
-                        headers={"x-chaosllm-session": "nosys"})
+        r = client.post(
+            "/v1/chat/completions", json=without, headers={"x-chaosllm-session": "nosys"}
+        )
     assert r.status_code == 200
     [finding] = server.requests("nosys")[0]["findings"]
     assert finding["check"] == "missing_system_prompt"

@@ -49,16 +49,26 @@ class ArmedFault:
     """Seeds this fault's draws: its session and its rank among that session's faults."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, **self.spec.to_json(), "remaining": self.remaining,
-                "fired": self.fired, "armed_at": self.armed_at}
+        return {
+            "id": self.id,
+            **self.spec.to_json(),
+            "remaining": self.remaining,
+            "fired": self.fired,
+            "armed_at": self.armed_at,
+        }
 
     def matches(self, request: RequestInfo) -> bool:
         m = self.spec.match
-        return ((m.session is None or m.session == request.session)
-                and (m.model is None or m.model == request.model)
-                and (m.path is None or m.path == request.path
-                     or m.path == request.path.removeprefix("/v1"))
-                and (m.stream is None or m.stream == request.stream))
+        return (
+            (m.session is None or m.session == request.session)
+            and (m.model is None or m.model == request.model)
+            and (
+                m.path is None
+                or m.path == request.path
+                or m.path == request.path.removeprefix("/v1")
+            )
+            and (m.stream is None or m.stream == request.stream)
+        )
 
 
 @dataclass(slots=True)
@@ -75,9 +85,16 @@ class Fired:
     left: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.fault_id, "type": self.type, "session": self.session,
-                "path": self.path, "time": self.time, "request_seq": self.request_seq,
-                "remaining": self.left, "spec": self.spec.to_json()}
+        return {
+            "id": self.fault_id,
+            "type": self.type,
+            "session": self.session,
+            "path": self.path,
+            "time": self.time,
+            "request_seq": self.request_seq,
+            "remaining": self.left,
+            "spec": self.spec.to_json(),
+        }
 
 
 @dataclass
@@ -88,8 +105,7 @@ class FaultBoard:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _numbers: Any = field(default_factory=lambda: itertools.count(1))
     _ranks: dict[str | None, Any] = field(default_factory=dict)
-    _buckets: dict[tuple[str | None, str | None], list[ArmedFault]] = \
-        field(default_factory=dict)
+    _buckets: dict[tuple[str | None, str | None], list[ArmedFault]] = field(default_factory=dict)
     """The armed faults by (match.session, match.model): a request only looks at the
     (up to four) buckets that can match it, so faults armed for other sessions or
     models cost it nothing."""
@@ -106,8 +122,12 @@ class FaultBoard:
 
     def _candidates(self, request: RequestInfo) -> list[ArmedFault]:
         """The armed faults whose session and model fit the request, in FIFO order."""
-        keys = {(None, None), (None, request.model), (request.session, None),
-                (request.session, request.model)}
+        keys = {
+            (None, None),
+            (None, request.model),
+            (request.session, None),
+            (request.session, request.model),
+        }
         lists = [self._buckets[k] for k in keys if k in self._buckets]
         if len(lists) == 1:
             return lists[0]
@@ -122,9 +142,16 @@ class FaultBoard:
                 number = next(self._numbers)
                 session = spec.match.session
                 rank = next(self._ranks.setdefault(session, itertools.count(1)))
-                armed.append(ArmedFault(id=f"flt_{number}", number=number, spec=spec,
-                                        remaining=spec.remaining, armed_at=now,
-                                        draw_key=f"{session!r}:{rank}"))
+                armed.append(
+                    ArmedFault(
+                        id=f"flt_{number}",
+                        number=number,
+                        spec=spec,
+                        remaining=spec.remaining,
+                        armed_at=now,
+                        draw_key=f"{session!r}:{rank}",
+                    )
+                )
             self._armed.extend(armed)
             for fault in armed:
                 self._buckets.setdefault(self._key(fault), []).append(fault)
@@ -172,8 +199,9 @@ class FaultBoard:
         with self._lock:
             return any(fault.matches(request) for fault in self._candidates(request))
 
-    def take(self, request: RequestInfo,
-             applies: Callable[[FaultSpec], bool] = lambda spec: True) -> Fired | None:
+    def take(
+        self, request: RequestInfo, applies: Callable[[FaultSpec], bool] = lambda spec: True
+    ) -> Fired | None:
         """The fault that fires on this request, consumed; None if none does."""
         if not self._armed:
             return None
@@ -191,9 +219,15 @@ class FaultBoard:
                 if fault.remaining <= 0:
                     self._armed.remove(fault)
                     self._buckets[self._key(fault)].remove(fault)
-                fired = Fired(fault_id=fault.id, type=fault.spec.type, spec=fault.spec,
-                              session=request.session, path=request.path, time=time.time(),
-                              left=fault.remaining)
+                fired = Fired(
+                    fault_id=fault.id,
+                    type=fault.spec.type,
+                    spec=fault.spec,
+                    session=request.session,
+                    path=request.path,
+                    time=time.time(),
+                    left=fault.remaining,
+                )
                 self._history.append(fired)
                 return fired
         return None

@@ -25,14 +25,19 @@ class Profile:
         self.specs = specs
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "faults": [s.to_json() for s in self.specs]}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "faults": [s.to_json() for s in self.specs],
+        }
 
 
 def parse_profile(data: Any, name: str) -> Profile:
     if not isinstance(data, dict) or not isinstance(data.get("faults"), list):
-        raise InvalidFaultSpec(f"profile {name}: expected an object "
-                               f'{{"description": ..., "faults": [fault spec, ...]}}')
+        raise InvalidFaultSpec(
+            f"profile {name}: expected an object "
+            f'{{"description": ..., "faults": [fault spec, ...]}}'
+        )
     try:
         specs = parse_fault_specs(data["faults"])
     except InvalidFaultSpec as exc:
@@ -59,8 +64,10 @@ def load_profile(name_or_path: str, directory: Path | None = None) -> Profile:
             raise InvalidFaultSpec(f"bad profile name: {exc}") from None
         if not target.is_file():
             known = ", ".join(list_profiles(root)) or "(none)"
-            raise InvalidFaultSpec(f"unknown profile {name_or_path!r}; shipped profiles: "
-                                   f"{known}; or give the path of a .json profile file")
+            raise InvalidFaultSpec(
+                f"unknown profile {name_or_path!r}; shipped profiles: "
+                f"{known}; or give the path of a .json profile file"
+            )
     try:
         data = json.loads(target.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -51,63 +51,130 @@ def _chunks(default: int) -> Param:
     return Param(int, default, "SSE frames sent before the fault (streaming requests)", 0)
 
 
-_BYTES = Param(int, None, "body bytes sent before the fault (non-streaming requests; "
-                          "default: half the body)", 0)
+_BYTES = Param(
+    int,
+    None,
+    "body bytes sent before the fault (non-streaming requests; default: half the body)",
+    0,
+)
 _MESSAGE = Param(str, None, "the error message (default: a realistic one)")
 _RETRY = Param(float, None, "seconds for the Retry-After header", 0, 86_400)
 
-FAULT_TYPES: Mapping[str, FaultType] = {t.name: t for t in (
-    FaultType("empty_response", "200 with a well-formed answer that has no content"),
-    FaultType("truncated_stream", "the body ends early but cleanly: no finish chunk, no [DONE]",
-              {"after_chunks": _chunks(2)}),
-    FaultType("dropped_connection", "part of the body, then the socket is closed (FIN)",
-              {"after_chunks": _chunks(2), "after_bytes": _BYTES}),
-    FaultType("error_in_200", "status 200 whose body (or a stream frame) is an error",
-              {"after_chunks": _chunks(0), "message": _MESSAGE}),
-    FaultType("http_503", "503 with the provider's error envelope",
-              {"retry_after": _RETRY, "message": _MESSAGE}),
-    FaultType("malformed_tool_args", "tool-call arguments cut into invalid JSON "
-                                     "(fires only on answers with tool calls)"),
-    FaultType("http_429", "429 rate limit with Retry-After",
-              {"retry_after": Param(float, 1.0, "seconds for the Retry-After header", 0, 86_400),
-               "message": _MESSAGE}),
-    FaultType("http_error", "any error status with the provider's matching error type",
-              {"status": Param(int, 500, "the HTTP status (400-599)", 400, 599),
-               "retry_after": _RETRY, "message": _MESSAGE}),
-    FaultType("connection_reset", "TCP RST (SO_LINGER 0) mid-response",
-              {"after_chunks": _chunks(0),
-               "after_bytes": Param(int, 0, "body bytes sent before the reset (non-streaming "
-                                             "requests; 0 resets before any byte)", 0)}),
-    FaultType("empty_reply", "the connection is closed with no bytes at all"),
-    FaultType("latency", "a delay before the response headers",
-              {"delay_ms": Param(float, 1000.0, "milliseconds before the headers", 0,
-                                 3_600_000)}, delivers_answer=True),
-    FaultType("slow_stream", "the body dribbled out with a delay before each piece",
-              {"delay_ms": Param(float, 100.0, "milliseconds before each frame or piece", 0,
-                                 600_000),
-               "piece_bytes": Param(int, 64, "bytes per piece (non-streaming requests)", 1)},
-              delivers_answer=True),
-    FaultType("stall", "headers (and after_chunks frames), then silence until the client "
-                       "gives up or max_ms passes",
-              {"after_chunks": _chunks(0),
-               "max_ms": Param(float, 30_000.0, "longest silence before the socket is closed",
-                               0, 3_600_000)}),
-    FaultType("garbage", "bytes that are not HTTP (or, mid-stream, not SSE)",
-              {"after_chunks": _chunks(0),
-               "data": Param(str, None, "the garbage to send (default: binary noise)")}),
-)}
+FAULT_TYPES: Mapping[str, FaultType] = {
+    t.name: t
+    for t in (
+        FaultType("empty_response", "200 with a well-formed answer that has no content"),
+        FaultType(
+            "truncated_stream",
+            "the body ends early but cleanly: no finish chunk, no [DONE]",
+            {"after_chunks": _chunks(2)},
+        ),
+        FaultType(
+            "dropped_connection",
+            "part of the body, then the socket is closed (FIN)",
+            {"after_chunks": _chunks(2), "after_bytes": _BYTES},
+        ),
+        FaultType(
+            "error_in_200",
+            "status 200 whose body (or a stream frame) is an error",
+            {"after_chunks": _chunks(0), "message": _MESSAGE},
+        ),
+        FaultType(
+            "http_503",
+            "503 with the provider's error envelope",
+            {"retry_after": _RETRY, "message": _MESSAGE},
+        ),
+        FaultType(
+            "malformed_tool_args",
+            "tool-call arguments cut into invalid JSON (fires only on answers with tool calls)",
+        ),
+        FaultType(
+            "http_429",
+            "429 rate limit with Retry-After",
+            {
+                "retry_after": Param(float, 1.0, "seconds for the Retry-After header", 0, 86_400),
+                "message": _MESSAGE,
+            },
+        ),
+        FaultType(
+            "http_error",
+            "any error status with the provider's matching error type",
+            {
+                "status": Param(int, 500, "the HTTP status (400-599)", 400, 599),
+                "retry_after": _RETRY,
+                "message": _MESSAGE,
+            },
+        ),
+        FaultType(
+            "connection_reset",
+            "TCP RST (SO_LINGER 0) mid-response",
+            {
+                "after_chunks": _chunks(0),
+                "after_bytes": Param(
+                    int,
+                    0,
+                    "body bytes sent before the reset (non-streaming "
+                    "requests; 0 resets before any byte)",
+                    0,
+                ),
+            },
+        ),
+        FaultType("empty_reply", "the connection is closed with no bytes at all"),
+        FaultType(
+            "latency",
+            "a delay before the response headers",
+            {"delay_ms": Param(float, 1000.0, "milliseconds before the headers", 0, 3_600_000)},
+            delivers_answer=True,
+        ),
+        FaultType(
+            "slow_stream",
+            "the body dribbled out with a delay before each piece",
+            {
+                "delay_ms": Param(
+                    float, 100.0, "milliseconds before each frame or piece", 0, 600_000
+                ),
+                "piece_bytes": Param(int, 64, "bytes per piece (non-streaming requests)", 1),
+            },
+            delivers_answer=True,
+        ),
+        FaultType(
+            "stall",
+            "headers (and after_chunks frames), then silence until the client "
+            "gives up or max_ms passes",
+            {
+                "after_chunks": _chunks(0),
+                "max_ms": Param(
+                    float, 30_000.0, "longest silence before the socket is closed", 0, 3_600_000
+                ),
+            },
+        ),
+        FaultType(
+            "garbage",
+            "bytes that are not HTTP (or, mid-stream, not SSE)",
+            {
+                "after_chunks": _chunks(0),
+                "data": Param(str, None, "the garbage to send (default: binary noise)"),
+            },
+        ),
+    )
+}
 
 COMMON_FIELDS: Mapping[str, str] = {
     "type": "one of the fault types",
     "remaining": "how many requests it fires on before it is gone (integer >= 1, default 1)",
     "probability": "chance of firing on a matching request, drawn from the seeded RNG "
-                   "(0-1, default 1)",
+    "(0-1, default 1)",
     "match": "which requests it fires on: an object with path, model, session, stream",
 }
 MATCH_FIELDS = ("path", "model", "session", "stream")
-_ALIASES = {"afterChunks": "after_chunks", "afterBytes": "after_bytes",
-            "retryAfter": "retry_after", "delayMs": "delay_ms", "maxMs": "max_ms",
-            "pieceBytes": "piece_bytes"}
+_ALIASES = {
+    "afterChunks": "after_chunks",
+    "afterBytes": "after_bytes",
+    "retryAfter": "retry_after",
+    "delayMs": "delay_ms",
+    "maxMs": "max_ms",
+    "pieceBytes": "piece_bytes",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +197,23 @@ class FaultSpec:
     match: Match = field(default_factory=Match)
 
     def param(self, name: str) -> Any:
-        return self.params[name] if name in self.params else FAULT_TYPES[self.type] \
-            .params[name].default
+        return (
+            self.params[name]
+            if name in self.params
+            else FAULT_TYPES[self.type].params[name].default
+        )
 
     def effective_params(self) -> dict[str, Any]:
         """Every parameter of the type, defaults filled in (None: not applicable)."""
         return {name: self.param(name) for name in FAULT_TYPES[self.type].params}
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"type": self.type, "remaining": self.remaining,
-                                "probability": self.probability, **self.params}
+        data: dict[str, Any] = {
+            "type": self.type,
+            "remaining": self.remaining,
+            "probability": self.probability,
+            **self.params,
+        }
         if self.match.to_json():
             data["match"] = self.match.to_json()
         return data
@@ -150,8 +224,11 @@ def describe_catalogue() -> str:
     for t in FAULT_TYPES.values():
         params = ", ".join(t.params) or "no parameters"
         lines.append(f"  {t.name} ({params}): {t.summary}")
-    lines.append("Every type also takes: " + ", ".join(
-        f"{k} ({v})" for k, v in COMMON_FIELDS.items() if k != "type") + ".")
+    lines.append(
+        "Every type also takes: "
+        + ", ".join(f"{k} ({v})" for k, v in COMMON_FIELDS.items() if k != "type")
+        + "."
+    )
     return "\n".join(lines)
 
 
@@ -168,23 +245,33 @@ def _number(value: Any, name: str, param: Param, t: FaultType) -> Any:
     ok_types: tuple[type, ...] = (int,) if param.kind is int else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_types):
         kind = "an integer" if param.kind is int else "a number"
-        raise InvalidFaultSpec(f"{t.name}: {name} must be {kind}, got {value!r}. "
-                               + _describe_type(t))
+        raise InvalidFaultSpec(
+            f"{t.name}: {name} must be {kind}, got {value!r}. " + _describe_type(t)
+        )
     number = float(cast(float, value))
-    if number != number or (param.minimum is not None and number < param.minimum) or \
-            (param.maximum is not None and number > param.maximum):
-        bounds = f">= {param.minimum:g}" if param.maximum is None else \
-            f"within {param.minimum:g}..{param.maximum:g}"
-        raise InvalidFaultSpec(f"{t.name}: {name} must be {bounds}, got {value!r}. "
-                               + _describe_type(t))
+    if (
+        number != number
+        or (param.minimum is not None and number < param.minimum)
+        or (param.maximum is not None and number > param.maximum)
+    ):
+        bounds = (
+            f">= {param.minimum:g}"
+            if param.maximum is None
+            else f"within {param.minimum:g}..{param.maximum:g}"
+        )
+        raise InvalidFaultSpec(
+            f"{t.name}: {name} must be {bounds}, got {value!r}. " + _describe_type(t)
+        )
     return param.kind(value)
 
 
 def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) -> FaultSpec:
     """A validated `FaultSpec` from JSON; `InvalidFaultSpec` lists what is valid."""
     if not isinstance(data, dict):
-        raise InvalidFaultSpec(f"a fault spec must be a JSON object, got {type(data).__name__}. "
-                               + describe_catalogue())
+        raise InvalidFaultSpec(
+            f"a fault spec must be a JSON object, got {type(data).__name__}. "
+            + describe_catalogue()
+        )
     raw = {**(defaults or {}), **data}
     for alias, name in _ALIASES.items():
         if alias in raw:
@@ -199,13 +286,19 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
 
     remaining = raw.pop("remaining", 1)
     if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 1:
-        raise InvalidFaultSpec(f"{t.name}: remaining must be an integer >= 1, got "
-                               f"{remaining!r}. " + _describe_type(t))
+        raise InvalidFaultSpec(
+            f"{t.name}: remaining must be an integer >= 1, got {remaining!r}. " + _describe_type(t)
+        )
     probability = raw.pop("probability", 1.0)
-    if isinstance(probability, bool) or not isinstance(probability, (int, float)) \
-            or not 0.0 <= probability <= 1.0:
-        raise InvalidFaultSpec(f"{t.name}: probability must be a number within 0..1, got "
-                               f"{probability!r}. " + _describe_type(t))
+    if (
+        isinstance(probability, bool)
+        or not isinstance(probability, (int, float))
+        or not 0.0 <= probability <= 1.0
+    ):
+        raise InvalidFaultSpec(
+            f"{t.name}: probability must be a number within 0..1, got "
+            f"{probability!r}. " + _describe_type(t)
+        )
     match = _parse_match(raw.pop("match", None), t)
     raw.pop("id", None)  # echoed back by GET /__fault; ignored when re-armed
 
@@ -218,25 +311,31 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
             continue
         if param.kind is str:
             if not isinstance(value, str):
-                raise InvalidFaultSpec(f"{t.name}: {name} must be a string, got {value!r}. "
-                                       + _describe_type(t))
+                raise InvalidFaultSpec(
+                    f"{t.name}: {name} must be a string, got {value!r}. " + _describe_type(t)
+                )
             params[name] = value
         else:
             params[name] = _number(value, name, param, t)
-    return FaultSpec(type=t.name, params=params, remaining=remaining,
-                     probability=float(probability), match=match)
+    return FaultSpec(
+        type=t.name, params=params, remaining=remaining, probability=float(probability), match=match
+    )
 
 
 def _parse_match(value: Any, t: FaultType) -> Match:
     if value is None:
         return Match()
     if not isinstance(value, dict):
-        raise InvalidFaultSpec(f"{t.name}: match must be an object with any of "
-                               f"{', '.join(MATCH_FIELDS)}, got {value!r}.")
+        raise InvalidFaultSpec(
+            f"{t.name}: match must be an object with any of "
+            f"{', '.join(MATCH_FIELDS)}, got {value!r}."
+        )
     unknown = set(value) - set(MATCH_FIELDS)
     if unknown:
-        raise InvalidFaultSpec(f"{t.name}: match has no field {sorted(unknown)[0]!r}; valid "
-                               f"fields: {', '.join(MATCH_FIELDS)}.")
+        raise InvalidFaultSpec(
+            f"{t.name}: match has no field {sorted(unknown)[0]!r}; valid "
+            f"fields: {', '.join(MATCH_FIELDS)}."
+        )
     for key in ("path", "model", "session"):
         if value.get(key) is not None and not isinstance(value[key], str):
             raise InvalidFaultSpec(f"{t.name}: match.{key} must be a string.")
@@ -249,8 +348,9 @@ def parse_fault_specs(data: Any) -> list[FaultSpec]:
     """One spec (an object) or several in order (an array); all valid or none."""
     items = data if isinstance(data, list) else [data]
     if not items:
-        raise InvalidFaultSpec("an empty array arms nothing; send a fault spec object or a "
-                               "non-empty array of them")
+        raise InvalidFaultSpec(
+            "an empty array arms nothing; send a fault spec object or a non-empty array of them"
+        )
     specs = []
     for i, item in enumerate(items):
         try:

@@ -25,8 +25,10 @@ from chaosllm.providers.base import Provider
 
 __all__ = ["DEFAULT_GARBAGE", "FaultContext", "apply_fault"]
 
-DEFAULT_GARBAGE = (b"\x00\xff\xfe\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
-                   b"\x8b\xad\xf0\x0d<html><body>502 Bad Gateway</body></html>\r\n\x00\x00")
+DEFAULT_GARBAGE = (
+    b"\x00\xff\xfe\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+    b"\x8b\xad\xf0\x0d<html><body>502 Bad Gateway</body></html>\r\n\x00\x00"
+)
 
 _DEFAULT_MESSAGES = {
     503: "The server is overloaded or not ready yet.",
@@ -52,8 +54,9 @@ def _message(spec: FaultSpec, status: int) -> str:
     return _DEFAULT_MESSAGES.get(status, f"chaosllm injected an HTTP {status} error.")
 
 
-def _error_plan(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext, status: int,
-                retry_after: float | None) -> ResponsePlan:
+def _error_plan(
+    spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext, status: int, retry_after: float | None
+) -> ResponsePlan:
     body = ctx.provider.error_answer(_message(spec, status), status=status)
     headers: list[tuple[str, str]] = [("content-type", "application/json")]
     if retry_after is not None:
@@ -62,9 +65,10 @@ def _error_plan(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext, status: 
         headers.append(("retry-after", str(math.ceil(retry_after))))
         headers.append(("retry-after-ms", str(int(retry_after * 1000))))
     if status == 429:
-        headers += [("x-ratelimit-remaining-requests", "0"),
-                    ("x-ratelimit-reset-requests",
-                     f"{1.0 if retry_after is None else retry_after:g}s")]
+        headers += [
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", f"{1.0 if retry_after is None else retry_after:g}s"),
+        ]
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     return ResponsePlan(status=status, headers=tuple(headers), pieces=(Piece(data, frame=False),))
 
@@ -103,34 +107,42 @@ def apply_fault(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext) -> Respo
             return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")))
         body = plan.body()
         cut = body[: max(1, len(body) // 2)]
-        return plan.with_(pieces=(Piece(cut, frame=False),), content_length=None,
-                          close_after=True)
+        return plan.with_(pieces=(Piece(cut, frame=False),), content_length=None, close_after=True)
 
     if kind == "dropped_connection":
         if stream:
-            return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")),
-                              ending=Ending.CLOSE)
-        return plan.with_(pieces=_body_prefix(plan, spec.param("after_bytes")),
-                          content_length=plan.declared_length, ending=Ending.CLOSE)
+            return plan.with_(
+                pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.CLOSE
+            )
+        return plan.with_(
+            pieces=_body_prefix(plan, spec.param("after_bytes")),
+            content_length=plan.declared_length,
+            ending=Ending.CLOSE,
+        )
 
     if kind == "error_in_200":
         message = _message(spec, 200)
         if stream:
             frame = Piece(ctx.provider.stream_error_frame(message, status=500))
-            return plan.with_(status=200,
-                              pieces=(*_cut(plan, ctx, spec.param("after_chunks")), frame))
+            return plan.with_(
+                status=200, pieces=(*_cut(plan, ctx, spec.param("after_chunks")), frame)
+            )
         body = json.dumps(ctx.provider.error_answer(message, status=500)).encode("utf-8")
         return plan.with_(status=200, pieces=(Piece(body, frame=False),), content_length=None)
 
     if kind == "connection_reset":
         if stream:
-            return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")),
-                              ending=Ending.RESET)
+            return plan.with_(
+                pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.RESET
+            )
         after_bytes = spec.param("after_bytes")
         if after_bytes == 0:
             return plan.with_(send_head=False, pieces=(), ending=Ending.RESET)
-        return plan.with_(pieces=_body_prefix(plan, after_bytes),
-                          content_length=plan.declared_length, ending=Ending.RESET)
+        return plan.with_(
+            pieces=_body_prefix(plan, after_bytes),
+            content_length=plan.declared_length,
+            ending=Ending.RESET,
+        )
 
     if kind == "empty_reply":
         return plan.with_(send_head=False, pieces=(), ending=Ending.CLOSE)
@@ -141,27 +153,39 @@ def apply_fault(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext) -> Respo
     if kind == "slow_stream":
         delay = spec.param("delay_ms")
         if stream:
-            return plan.with_(pieces=tuple(Piece(p.data, p.delay_ms + delay, p.frame)
-                                           for p in plan.pieces))
+            return plan.with_(
+                pieces=tuple(Piece(p.data, p.delay_ms + delay, p.frame) for p in plan.pieces)
+            )
         body, size = plan.body(), spec.param("piece_bytes")
-        pieces = tuple(Piece(body[i:i + size], delay, frame=False)
-                       for i in range(0, len(body), size))
+        pieces = tuple(
+            Piece(body[i : i + size], delay, frame=False) for i in range(0, len(body), size)
+        )
         return plan.with_(pieces=pieces, content_length=plan.declared_length)
 
     if kind == "stall":
         if stream:
-            return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")),
-                              ending=Ending.STALL, stall_ms=spec.param("max_ms"))
-        return plan.with_(pieces=(), content_length=plan.declared_length, ending=Ending.STALL,
-                          stall_ms=spec.param("max_ms"))
+            return plan.with_(
+                pieces=_cut(plan, ctx, spec.param("after_chunks")),
+                ending=Ending.STALL,
+                stall_ms=spec.param("max_ms"),
+            )
+        return plan.with_(
+            pieces=(),
+            content_length=plan.declared_length,
+            ending=Ending.STALL,
+            stall_ms=spec.param("max_ms"),
+        )
 
     if kind == "garbage":
         data = spec.param("data")
         garbage = data.encode("utf-8") if isinstance(data, str) else DEFAULT_GARBAGE
         if stream:
-            return plan.with_(pieces=(*_cut(plan, ctx, spec.param("after_chunks")),
-                                      Piece(garbage)), ending=Ending.CLOSE)
-        return plan.with_(send_head=False, pieces=(Piece(garbage, frame=False),),
-                          ending=Ending.CLOSE)
+            return plan.with_(
+                pieces=(*_cut(plan, ctx, spec.param("after_chunks")), Piece(garbage)),
+                ending=Ending.CLOSE,
+            )
+        return plan.with_(
+            send_head=False, pieces=(Piece(garbage, frame=False),), ending=Ending.CLOSE
+        )
 
     raise AssertionError(f"fault type {kind!r} has no transformation")  # pragma: no cover

@@ -59,10 +59,12 @@ under that keying (the exact matcher looks it up when such exchanges are loaded)
 
 _YAML = (".yaml", ".yml")
 
-_UNKNOWN_HINT = ("unknown format: this is not a chaosllm recording (a JSON object with "
-                 '"chaosllm": 1), a hash-keyed fixture (<sha256>.json holding a "response" '
-                 'object), a trace fixture ("model_name" with "turns" or "steps") or a VCR '
-                 'cassette ("interactions")')
+_UNKNOWN_HINT = (
+    "unknown format: this is not a chaosllm recording (a JSON object with "
+    '"chaosllm": 1), a hash-keyed fixture (<sha256>.json holding a "response" '
+    'object), a trace fixture ("model_name" with "turns" or "steps") or a VCR '
+    'cassette ("interactions")'
+)
 
 
 def read_data(path: Path) -> JSON:
@@ -76,8 +78,9 @@ def read_data(path: Path) -> JSON:
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordingError(str(path), f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
-        raise RecordingError(str(path), f"not valid JSON: {exc.msg} at line {exc.lineno} "
-                                        f"column {exc.colno}") from exc
+        raise RecordingError(
+            str(path), f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
 
 
 def _read_yaml(path: Path) -> JSON:
@@ -112,8 +115,9 @@ def detect(path: Path, data: JSON) -> str:
 def _scenarios(path: Path, root: Path) -> tuple[str, str]:
     """(the scenario of a one-answer file, the scenario of a whole-run file)."""
     rel = path.relative_to(root)
-    in_dir = rel.parent.as_posix() if rel.parent != Path(".") \
-        else (root.name or root.resolve().name)
+    in_dir = (
+        rel.parent.as_posix() if rel.parent != Path(".") else (root.name or root.resolve().name)
+    )
     return in_dir, rel.with_suffix("").as_posix()
 
 
@@ -129,8 +133,7 @@ def read_file(path: Path, *, root: Path, fmt: str | None = None) -> list[Exchang
         raise RecordingError(source, f"not a {fmt} file (it looks like a {found} file)")
     in_dir, whole = _scenarios(path, root)
     if found == NATIVE:
-        return [parse_exchange(data, source=source, scenario=in_dir,
-                               name=f"{in_dir}/{path.stem}")]
+        return [parse_exchange(data, source=source, scenario=in_dir, name=f"{in_dir}/{path.stem}")]
     if found == "hash-keyed":
         return [hashkeyed.parse(data, source=source, scenario=in_dir, stem=path.stem)]
     if found == "trace":
@@ -140,8 +143,7 @@ def read_file(path: Path, *, root: Path, fmt: str | None = None) -> list[Exchang
     raise UnknownFormat(source, _UNKNOWN_HINT)
 
 
-def load_tree(path: Path, *, fmt: str | None = None
-              ) -> tuple[list[Exchange], list[RecordingError]]:
+def load_tree(path: Path, *, fmt: str | None = None) -> tuple[list[Exchange], list[RecordingError]]:
     """Every exchange of a file or a directory tree (in `fmt`, when given), and the
     errors of the files that could not be read."""
     path = Path(path)

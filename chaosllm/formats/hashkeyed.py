@@ -76,16 +76,19 @@ def canonical(payload: JSON) -> dict[str, Any]:
 
 def request_digest(payload: JSON) -> str:
     """The fixture hash of a request body (``<hash>.json`` is the fixture answering it)."""
-    blob = json.dumps(canonical(payload), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    blob = json.dumps(canonical(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def looks_like(data: JSON) -> bool:
     """Whether parsed JSON has the shape of a hash-keyed fixture."""
-    return (isinstance(data, dict) and isinstance(data.get("response"), dict)
-            and "request" not in data and "chaosllm" not in data
-            and bool(_RESPONSE_KEYS & data["response"].keys()))
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("response"), dict)
+        and "request" not in data
+        and "chaosllm" not in data
+        and bool(_RESPONSE_KEYS & data["response"].keys())
+    )
 
 
 def _require(cond: bool, source: str, problem: str) -> None:
@@ -107,17 +110,27 @@ def completion(response: dict[str, Any], digest: str) -> dict[str, Any]:
     usage = response.get("usage") or {}
     prompt = usage.get("prompt_tokens", 0)
     estimate = _tokens(content or "") + sum(
-        _tokens(c["function"]["name"] + c["function"]["arguments"]) for c in calls or ())
+        _tokens(c["function"]["name"] + c["function"]["arguments"]) for c in calls or ()
+    )
     completion_tokens = usage.get("completion_tokens", estimate)
     return {
         "id": "chatcmpl-mock-" + digest[:24],
         "object": "chat.completion",
         "created": 0,
         "model": MODEL,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": response.get("finish_reason") or "stop"}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt + completion_tokens},
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": response.get("finish_reason") or "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+        },
     }
 
 
@@ -126,26 +139,38 @@ def _pieces(text: str, count: int = STREAM_PIECES) -> list[str]:
     if not text:
         return [text]
     size = math.ceil(len(text) / count)
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def stream_frames(body: dict[str, Any]) -> list[str]:
     """The SSE frames of an answer built by `completion`, as the stub streams it."""
-    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
-            "model": body["model"]}
+    base = {
+        "id": body["id"],
+        "object": "chat.completion.chunk",
+        "created": body["created"],
+        "model": body["model"],
+    }
     choice = body["choices"][0]
     message = choice["message"]
     finish = choice["finish_reason"]
 
     def frame(delta: dict[str, Any], finish_reason: str | None = None) -> str:
-        return sse_frame({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                               "finish_reason": finish_reason}]})
+        return sse_frame(
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                ],
+            }
+        )
 
     calls = message.get("tool_calls")
     if calls:
-        delta: dict[str, Any] = {"role": "assistant", "content": message["content"] or None,
-                                 "tool_calls": [{"index": i, **call}
-                                                for i, call in enumerate(calls)]}
+        delta: dict[str, Any] = {
+            "role": "assistant",
+            "content": message["content"] or None,
+            "tool_calls": [{"index": i, **call} for i, call in enumerate(calls)],
+        }
         frames = [frame(delta), frame({}, finish)]
     else:
         pieces = _pieces(message["content"] or "")
@@ -160,42 +185,69 @@ def stream_frames(body: dict[str, Any]) -> list[str]:
 def _check_response(response: dict[str, Any], source: str) -> None:
     content = response.get("content")
     calls = response.get("tool_calls")
-    _require(content is None or isinstance(content, str), source,
-             '"response.content" must be a string')
-    _require(calls is None or isinstance(calls, list), source,
-             '"response.tool_calls" must be an array or null')
-    _require(isinstance(content, str) or bool(calls), source,
-             '"response.content" is required when there are no "tool_calls"')
+    _require(
+        content is None or isinstance(content, str), source, '"response.content" must be a string'
+    )
+    _require(
+        calls is None or isinstance(calls, list),
+        source,
+        '"response.tool_calls" must be an array or null',
+    )
+    _require(
+        isinstance(content, str) or bool(calls),
+        source,
+        '"response.content" is required when there are no "tool_calls"',
+    )
     for i, call in enumerate(calls or ()):
         where = f'"response.tool_calls[{i}]"'
-        _require(isinstance(call, dict) and isinstance(call.get("function"), dict), source,
-                 f'{where} must be an object with a "function" object (OpenAI tool-call shape)')
+        _require(
+            isinstance(call, dict) and isinstance(call.get("function"), dict),
+            source,
+            f'{where} must be an object with a "function" object (OpenAI tool-call shape)',
+        )
         function = call["function"]
-        _require(isinstance(function.get("name"), str), source,
-                 f'{where}.function.name must be a string')
+        _require(
+            isinstance(function.get("name"), str), source, f"{where}.function.name must be a string"
+        )
         arguments = function.get("arguments")
-        _require(isinstance(arguments, str), source,
-                 f'{where}.function.arguments must be a JSON string, not '
-                 f'{"an object" if isinstance(arguments, dict) else type(arguments).__name__}'
-                 f' (e.g. "{{\\"city\\":\\"London\\"}}")')
-        _require(isinstance(call.get("id"), str), source, f'{where}.id must be a string')
+        _require(
+            isinstance(arguments, str),
+            source,
+            f"{where}.function.arguments must be a JSON string, not "
+            f"{'an object' if isinstance(arguments, dict) else type(arguments).__name__}"
+            f' (e.g. "{{\\"city\\":\\"London\\"}}")',
+        )
+        _require(isinstance(call.get("id"), str), source, f"{where}.id must be a string")
     finish = response.get("finish_reason")
-    _require(finish is None or isinstance(finish, str), source,
-             '"response.finish_reason" must be a string')
+    _require(
+        finish is None or isinstance(finish, str),
+        source,
+        '"response.finish_reason" must be a string',
+    )
     usage = response.get("usage")
-    _require(usage is None or (isinstance(usage, dict) and all(
-        isinstance(usage.get(k, 0), int) and not isinstance(usage.get(k), bool)
-        for k in ("prompt_tokens", "completion_tokens"))), source,
-        '"response.usage" must be an object with integer prompt_tokens/completion_tokens')
+    _require(
+        usage is None
+        or (
+            isinstance(usage, dict)
+            and all(
+                isinstance(usage.get(k, 0), int) and not isinstance(usage.get(k), bool)
+                for k in ("prompt_tokens", "completion_tokens")
+            )
+        ),
+        source,
+        '"response.usage" must be an object with integer prompt_tokens/completion_tokens',
+    )
 
 
 def parse(data: JSON, *, source: str, scenario: str, stem: str) -> Exchange:
     """The exchange of one fixture file (`stem`: its name without ``.json``)."""
-    _require(FIXTURE_NAME.fullmatch(stem) is not None, source,
-             "a hash-keyed fixture must be named <sha256>.json (64 lower-case hex digits: "
-             "the hash of the request it answers)")
-    _require(looks_like(data), source,
-             'a hash-keyed fixture is an object with a "response" object')
+    _require(
+        FIXTURE_NAME.fullmatch(stem) is not None,
+        source,
+        "a hash-keyed fixture must be named <sha256>.json (64 lower-case hex digits: "
+        "the hash of the request it answers)",
+    )
+    _require(looks_like(data), source, 'a hash-keyed fixture is an object with a "response" object')
     response = data["response"]
     _check_response(response, source)
     body = completion(response, stem)
@@ -206,8 +258,7 @@ def parse(data: JSON, *, source: str, scenario: str, stem: str) -> Exchange:
         meta["description"] = data["description"]
     return Exchange(
         provider="openai.chat",
-        request=RecordedRequest(method="POST", path="/v1/chat/completions",
-                                body={"messages": []}),
+        request=RecordedRequest(method="POST", path="/v1/chat/completions", body={"messages": []}),
         response=RecordedResponse(status=200, body=body, stream=True, chunks=chunks),
         digest=stem,
         name=f"{scenario}/{stem}",

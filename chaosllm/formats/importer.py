@@ -49,8 +49,7 @@ def write_atomic(target: Path, text: str) -> None:
             os.unlink(temp)
 
 
-def import_recordings(fmt: str, src: Path, dest: Path, *,
-                      overwrite: bool = False) -> ImportResult:
+def import_recordings(fmt: str, src: Path, dest: Path, *, overwrite: bool = False) -> ImportResult:
     """Convert `src` (in `fmt`, one of `IMPORTABLE`) into native recordings under `dest`."""
     if fmt not in IMPORTABLE:
         raise ValueError(f"unknown format {fmt!r}; chaosllm imports: {', '.join(IMPORTABLE)}")

@@ -42,8 +42,12 @@ PLAYABLE = ("text", "tool_calls")
 
 
 def looks_like(data: JSON) -> bool:
-    return (isinstance(data, dict) and "chaosllm" not in data and "request" not in data
-            and (isinstance(data.get("turns"), list) or isinstance(data.get("steps"), list)))
+    return (
+        isinstance(data, dict)
+        and "chaosllm" not in data
+        and "request" not in data
+        and (isinstance(data.get("turns"), list) or isinstance(data.get("steps"), list))
+    )
 
 
 def _require(cond: bool, source: str, problem: str) -> None:
@@ -52,34 +56,52 @@ def _require(cond: bool, source: str, problem: str) -> None:
 
 
 def _tool_calls(calls: Any, source: str, where: str) -> list[dict[str, Any]]:
-    _require(isinstance(calls, list) and bool(calls), source,
-             f"{where}.tool_calls must be a non-empty array")
+    _require(
+        isinstance(calls, list) and bool(calls),
+        source,
+        f"{where}.tool_calls must be a non-empty array",
+    )
     result = []
     for i, call in enumerate(calls):
         at = f"{where}.tool_calls[{i}]"
         _require(isinstance(call, dict), source, f"{at} must be an object")
-        _require(isinstance(call.get("id"), str) and bool(call["id"]), source,
-                 f"{at}.id must be a string")
-        _require(isinstance(call.get("name"), str) and bool(call["name"]), source,
-                 f"{at}.name must be a string")
+        _require(
+            isinstance(call.get("id"), str) and bool(call["id"]),
+            source,
+            f"{at}.id must be a string",
+        )
+        _require(
+            isinstance(call.get("name"), str) and bool(call["name"]),
+            source,
+            f"{at}.name must be a string",
+        )
         arguments = call.get("arguments", {})
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
-        result.append({"id": call["id"], "type": "function",
-                       "function": {"name": call["name"], "arguments": arguments}})
+        result.append(
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": arguments},
+            }
+        )
     return result
 
 
 def _tokens(response: dict[str, Any], key: str, source: str, where: str) -> int:
     value = response.get(key, 0)
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, source,
-             f"{where}.{key} must be a non-negative integer")
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+        source,
+        f"{where}.{key} must be a non-negative integer",
+    )
     assert isinstance(value, int)
     return value
 
 
-def _answer(response: dict[str, Any], *, model: str, answer_id: str, source: str,
-            where: str) -> dict[str, Any]:
+def _answer(
+    response: dict[str, Any], *, model: str, answer_id: str, source: str, where: str
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": None}
     if response["type"] == "text":
         content = response.get("content")
@@ -92,21 +114,32 @@ def _answer(response: dict[str, Any], *, model: str, answer_id: str, source: str
     prompt = _tokens(response, "input_tokens", source, where)
     completion = _tokens(response, "output_tokens", source, where)
     return {
-        "id": answer_id, "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                  "total_tokens": prompt + completion},
+        "id": answer_id,
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
     }
 
 
 def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     """The exchanges of one trace file, in call order: one per ``text``/``tool_calls`` step."""
-    _require(looks_like(data), source,
-             'a trace fixture is an object with "model_name" and "turns" (or "steps")')
+    _require(
+        looks_like(data),
+        source,
+        'a trace fixture is an object with "model_name" and "turns" (or "steps")',
+    )
     model = data.get("model_name")
-    _require(isinstance(model, str) and bool(model), source,
-             '"model_name" is required (a string, e.g. "spot-tool-echo")')
+    _require(
+        isinstance(model, str) and bool(model),
+        source,
+        '"model_name" is required (a string, e.g. "spot-tool-echo")',
+    )
     assert isinstance(model, str)
     legacy = "turns" not in data
     if legacy:
@@ -125,70 +158,110 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         where_turn = "steps" if legacy else f"turns[{t}]"
         _require(isinstance(turn, dict), source, f"{where_turn} must be an object")
         user_input = turn.get("user_input")
-        _require(legacy or isinstance(user_input, str), source,
-                 f"{where_turn}.user_input must be a string")
+        _require(
+            legacy or isinstance(user_input, str),
+            source,
+            f"{where_turn}.user_input must be a string",
+        )
         steps = turn.get("steps")
         _require(isinstance(steps, list), source, f"{where_turn}.steps must be an array")
-        _require(isinstance(turn.get("expects", {}), dict), source,
-                 f"{where_turn}.expects must be an object")
-        turn_info.append({"user_input": user_input, "expects": turn.get("expects"),
-                          "calls": 0})
+        _require(
+            isinstance(turn.get("expects", {}), dict),
+            source,
+            f"{where_turn}.expects must be an object",
+        )
+        turn_info.append({"user_input": user_input, "expects": turn.get("expects"), "calls": 0})
         said = user_input
         for s, step in enumerate(steps):
             where = f"{where_turn}[{s}]" if legacy else f"{where_turn}.steps[{s}]"
-            _require(isinstance(step, dict) and isinstance(step.get("response"), dict), source,
-                     f'{where} must be an object with a "response" object')
+            _require(
+                isinstance(step, dict) and isinstance(step.get("response"), dict),
+                source,
+                f'{where} must be an object with a "response" object',
+            )
             response = step["response"]
             kind = response.get("type")
-            _require(kind in (*PLAYABLE, "user_input"), source,
-                     f'{where}.response.type must be "text", "tool_calls" or "user_input", '
-                     f"got {kind!r}")
+            _require(
+                kind in (*PLAYABLE, "user_input"),
+                source,
+                f'{where}.response.type must be "text", "tool_calls" or "user_input", got {kind!r}',
+            )
             if kind == "user_input":
-                said = response.get("content") if isinstance(response.get("content"), str) \
-                    else said
+                said = response.get("content") if isinstance(response.get("content"), str) else said
                 continue
             call = len(exchanges) + 1
             hint = step.get("request_hint")
-            _require(hint is None or isinstance(hint, dict), source,
-                     f"{where}.request_hint must be an object")
+            _require(
+                hint is None or isinstance(hint, dict),
+                source,
+                f"{where}.request_hint must be an object",
+            )
             expected = step.get("expected_tool_results")
-            _require(expected is None or (isinstance(expected, list) and all(
-                isinstance(e, dict) and isinstance(e.get("tool_call_id"), str)
-                for e in expected)), source,
-                f"{where}.expected_tool_results must be an array of objects with a "
-                f"tool_call_id")
-            answer = _answer(response, model=model, answer_id=f"chatcmpl-trace-{stem}-{call}",
-                             source=source, where=f"{where}.response")
+            _require(
+                expected is None
+                or (
+                    isinstance(expected, list)
+                    and all(
+                        isinstance(e, dict) and isinstance(e.get("tool_call_id"), str)
+                        for e in expected
+                    )
+                ),
+                source,
+                f"{where}.expected_tool_results must be an array of objects with a tool_call_id",
+            )
+            answer = _answer(
+                response,
+                model=model,
+                answer_id=f"chatcmpl-trace-{stem}-{call}",
+                source=source,
+                where=f"{where}.response",
+            )
             messages = [{"role": "user", "content": said}] if said is not None else []
             meta: dict[str, Any] = {
                 "format": "trace",
                 "description": f"trace {model}: LLM call {call} (turn {t + 1}, step {s + 1})",
-                "trace": {"model_name": model, "turn": t, "step": s, "call": call,
-                          "user_input": said},
+                "trace": {
+                    "model_name": model,
+                    "turn": t,
+                    "step": s,
+                    "call": call,
+                    "user_input": said,
+                },
             }
             if hint is not None:
                 meta["request_hint"] = hint
             if expected is not None:
                 meta["expected_tool_results"] = expected
             turn_info[-1]["calls"] += 1
-            exchanges.append(Exchange(
-                provider="openai.chat",
-                request=RecordedRequest(method="POST", path="/v1/chat/completions",
-                                        body={"model": model, "messages": messages}),
-                response=RecordedResponse(status=200, body=answer),
-                digest=hashlib.sha256(f"{stem}\0{call}".encode()).hexdigest(),
-                name=f"{scenario}/{call:04d}",
-                scenario=scenario,
-                meta=meta,
-                source=source,
-                keyed_by=Keying.SEQUENCE,
-            ))
-    _require(bool(exchanges), source,
-             'the trace has no "text" or "tool_calls" step: nothing to replay')
-    info = {"format": "trace", "model_name": model, "layout": "steps" if legacy else "turns",
-            "calls": len(exchanges), "turns": turn_info,
-            "memory_snapshot": data.get("memory_snapshot", []),
-            "http_exchanges": data.get("http_exchanges", []),
-            "expects": data.get("expects")}
+            exchanges.append(
+                Exchange(
+                    provider="openai.chat",
+                    request=RecordedRequest(
+                        method="POST",
+                        path="/v1/chat/completions",
+                        body={"model": model, "messages": messages},
+                    ),
+                    response=RecordedResponse(status=200, body=answer),
+                    digest=hashlib.sha256(f"{stem}\0{call}".encode()).hexdigest(),
+                    name=f"{scenario}/{call:04d}",
+                    scenario=scenario,
+                    meta=meta,
+                    source=source,
+                    keyed_by=Keying.SEQUENCE,
+                )
+            )
+    _require(
+        bool(exchanges), source, 'the trace has no "text" or "tool_calls" step: nothing to replay'
+    )
+    info = {
+        "format": "trace",
+        "model_name": model,
+        "layout": "steps" if legacy else "turns",
+        "calls": len(exchanges),
+        "turns": turn_info,
+        "memory_snapshot": data.get("memory_snapshot", []),
+        "http_exchanges": data.get("http_exchanges", []),
+        "expects": data.get("expects"),
+    }
     exchanges[0] = replace(exchanges[0], meta={**exchanges[0].meta, "scenario_info": info})
     return exchanges

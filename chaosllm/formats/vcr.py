@@ -76,8 +76,10 @@ def _text(raw: Any, encoding: str, source: str, where: str) -> str:
                     data = zlib.decompress(data, -zlib.MAX_WBITS)
             elif coding != "identity":
                 raise RecordingError(
-                    source, f"{where} is {coding}-encoded, which chaosllm cannot decode: "
-                            f"record the cassette with decode_compressed_response=True")
+                    source,
+                    f"{where} is {coding}-encoded, which chaosllm cannot decode: "
+                    f"record the cassette with decode_compressed_response=True",
+                )
         except (OSError, EOFError, zlib.error) as exc:
             raise RecordingError(source, f"{where}: cannot decode {coding}: {exc}") from exc
     try:
@@ -103,8 +105,11 @@ def _status(response: dict[str, Any], source: str, where: str) -> int:
     status = response.get("status", response.get("status_code"))
     if isinstance(status, dict):
         status = status.get("code")
-    _require(isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
-             source, f"{where}.status must hold an HTTP status code")
+    _require(
+        isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
+        source,
+        f"{where}.status must hold an HTTP status code",
+    )
     assert isinstance(status, int)
     return status
 
@@ -126,9 +131,13 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     exchanges: list[Exchange] = []
     for i, interaction in enumerate(interactions):
         where = f"interactions[{i}]"
-        _require(isinstance(interaction, dict) and isinstance(interaction.get("request"), dict)
-                 and isinstance(interaction.get("response"), dict), source,
-                 f'{where} must be an object with "request" and "response" objects')
+        _require(
+            isinstance(interaction, dict)
+            and isinstance(interaction.get("request"), dict)
+            and isinstance(interaction.get("response"), dict),
+            source,
+            f'{where} must be an object with "request" and "response" objects',
+        )
         request, response = interaction["request"], interaction["response"]
         method = str(request.get("method", "")).upper()
         uri = request.get("uri")
@@ -137,8 +146,7 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         provider = _provider(path)
         if method != "POST" or provider is None:
             continue  # not a chat completion: nothing chaosllm serves
-        body = redactor.body(_request_body(request.get("body"), source,
-                                           f"{where}.request.body"))
+        body = redactor.body(_request_body(request.get("body"), source, f"{where}.request.body"))
         status = _status(response, source, f"{where}.response")
         headers = _headers(response.get("headers"))
         header = {name: value for name, value in headers}
@@ -146,41 +154,58 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         raw = raw.get("string") if isinstance(raw, dict) else raw
         if raw is None and "content" in response:  # older vcrpy httpx cassettes
             raw = response["content"]
-        text = _text(raw, header.get("content-encoding", ""), source,
-                     f"{where}.response.body")
+        text = _text(raw, header.get("content-encoding", ""), source, f"{where}.response.body")
         streamed = "text/event-stream" in header.get("content-type", "") or (
-            body.get("stream") is True and text.lstrip().startswith(("data:", "event:")))
+            body.get("stream") is True and text.lstrip().startswith(("data:", "event:"))
+        )
         chunks: tuple[RecordedChunk, ...] | None = None
         if streamed:
             frames = _frames(text)
             try:
                 answer = provider.assemble(frames)
             except (ValueError, TypeError, AttributeError) as exc:
-                raise RecordingError(source, f"{where}: the streamed answer cannot be "
-                                             f"assembled: {exc}") from exc
+                raise RecordingError(
+                    source, f"{where}: the streamed answer cannot be assembled: {exc}"
+                ) from exc
             chunks = tuple(RecordedChunk(f) for f in frames)
         else:
             try:
                 answer = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise RecordingError(source, f"{where}.response.body is not JSON: "
-                                             f"{exc.msg}") from exc
+                raise RecordingError(
+                    source, f"{where}.response.body is not JSON: {exc.msg}"
+                ) from exc
         number = len(exchanges) + 1
-        exchanges.append(Exchange(
-            provider=provider.name,
-            request=RecordedRequest(method="POST",
-                                    path=path if path in getattr(provider, "paths", ())
-                                    else "/v1/chat/completions", body=body),
-            response=RecordedResponse(status=status, body=answer, stream=streamed,
-                                      chunks=chunks, headers=kept_response_headers(headers)),
-            digest=provider.digest(body),
-            name=f"{scenario}/{number:04d}",
-            scenario=scenario,
-            meta={"format": "vcr", "description": f"VCR cassette: {method} {uri}",
-                  "vcr": {"uri": uri, "interaction": i}},
-            source=source,
-        ))
-    _require(bool(exchanges), source,
-             f"no OpenAI chat completion call (POST .../chat/completions) among its "
-             f"{len(interactions)} interactions")
+        exchanges.append(
+            Exchange(
+                provider=provider.name,
+                request=RecordedRequest(
+                    method="POST",
+                    path=path if path in getattr(provider, "paths", ()) else "/v1/chat/completions",
+                    body=body,
+                ),
+                response=RecordedResponse(
+                    status=status,
+                    body=answer,
+                    stream=streamed,
+                    chunks=chunks,
+                    headers=kept_response_headers(headers),
+                ),
+                digest=provider.digest(body),
+                name=f"{scenario}/{number:04d}",
+                scenario=scenario,
+                meta={
+                    "format": "vcr",
+                    "description": f"VCR cassette: {method} {uri}",
+                    "vcr": {"uri": uri, "interaction": i},
+                },
+                source=source,
+            )
+        )
+    _require(
+        bool(exchanges),
+        source,
+        f"no OpenAI chat completion call (POST .../chat/completions) among its "
+        f"{len(interactions)} interactions",
+    )
     return exchanges

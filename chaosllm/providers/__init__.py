@@ -7,16 +7,25 @@ from chaosllm.providers.base import Provider, canonical_json, sha256_digest
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.providers.openai_responses import OpenAIResponses
 
-__all__ = ["PROVIDERS", "AnthropicMessages", "OpenAIChat", "OpenAIResponses", "Provider",
-           "canonical_json", "provider_for_path", "sha256_digest"]
+__all__ = [
+    "PROVIDERS",
+    "AnthropicMessages",
+    "OpenAIChat",
+    "OpenAIResponses",
+    "Provider",
+    "canonical_json",
+    "provider_for_path",
+    "sha256_digest",
+]
 
-PROVIDERS: dict[str, Provider] = {"anthropic.messages": AnthropicMessages(),
-                               "openai.chat": OpenAIChat(),
-                               "openai.responses": OpenAIResponses()}
+PROVIDERS: dict[str, Provider] = {
+    "anthropic.messages": AnthropicMessages(),
+    "openai.chat": OpenAIChat(),
+    "openai.responses": OpenAIResponses(),
+}
 
 _BY_PATH: dict[str, Provider] = {
-    path: provider for provider in PROVIDERS.values()
-    for path in getattr(provider, "paths", ())
+    path: provider for provider in PROVIDERS.values() for path in getattr(provider, "paths", ())
 }
 
 

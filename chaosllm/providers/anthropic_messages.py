@@ -125,7 +125,7 @@ def _text_pieces(text: str) -> list[str]:
 
 def _json_pieces(text: str) -> list[str]:
     """`partial_json` fragments as the API streams them: a few characters at a time."""
-    return [text[i:i + 10] for i in range(0, len(text), 10)]
+    return [text[i : i + 10] for i in range(0, len(text), 10)]
 
 
 def _type_name(value: object) -> str:
@@ -157,8 +157,10 @@ def _strip_cache_control(value: JSON) -> JSON:
 def _validate_blocks(blocks: list[Any], where: str) -> None:
     for j, block in enumerate(blocks):
         if not isinstance(block, dict):
-            raise _fail(f"{where}.{j}: Input should be a valid dictionary or object to "
-                        f"extract fields from", f"{where}.{j}")
+            raise _fail(
+                f"{where}.{j}: Input should be a valid dictionary or object to extract fields from",
+                f"{where}.{j}",
+            )
         if not isinstance(block.get("type"), str):
             raise _fail(f"{where}.{j}.type: Field required", f"{where}.{j}.type")
 
@@ -189,44 +191,58 @@ class AnthropicMessages:
             raise _fail("messages: Input should be a valid list", "messages")
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
-                raise _fail(f"messages.{i}: Input should be a valid dictionary or object to "
-                            f"extract fields from", f"messages.{i}")
+                raise _fail(
+                    f"messages.{i}: Input should be a valid dictionary or object to "
+                    f"extract fields from",
+                    f"messages.{i}",
+                )
             if "role" not in message:
                 raise _fail(f"messages.{i}.role: Field required", f"messages.{i}.role")
             if message["role"] not in ROLES:
-                raise _fail(f"messages.{i}.role: Input should be 'user' or 'assistant'",
-                            f"messages.{i}.role")
+                raise _fail(
+                    f"messages.{i}.role: Input should be 'user' or 'assistant'",
+                    f"messages.{i}.role",
+                )
             if "content" not in message:
                 raise _fail(f"messages.{i}.content: Field required", f"messages.{i}.content")
             content = message["content"]
             if isinstance(content, list):
                 _validate_blocks(content, f"messages.{i}.content")
             elif not isinstance(content, str):
-                raise _fail(f"messages.{i}.content: Input should be a valid string or a valid "
-                            f"list, but got {_type_name(content)}", f"messages.{i}.content")
+                raise _fail(
+                    f"messages.{i}.content: Input should be a valid string or a valid "
+                    f"list, but got {_type_name(content)}",
+                    f"messages.{i}.content",
+                )
         system = body.get("system")
         if isinstance(system, list):
             _validate_blocks(system, "system")
         elif system is not None and not isinstance(system, str):
             raise _fail("system: Input should be a valid string or a valid list", "system")
-        for key, types, kind in (("stream", (bool,), "boolean"), ("tools", (list,), "list"),
-                                 ("tool_choice", (dict,), "dictionary"),
-                                 ("metadata", (dict,), "dictionary")):
+        for key, types, kind in (
+            ("stream", (bool,), "boolean"),
+            ("tools", (list,), "list"),
+            ("tool_choice", (dict,), "dictionary"),
+            ("metadata", (dict,), "dictionary"),
+        ):
             if key in body and body[key] is not None and not isinstance(body[key], types):
                 raise _fail(f"{key}: Input should be a valid {kind}", key)
 
     def canonical(self, body: JSON) -> JSON:
-        return _strip_cache_control({
-            "model": body.get("model"),
-            "system": body.get("system"),
-            "messages": [
-                {k: v for k, v in m.items() if k in ("role", "content")}
-                if isinstance(m, dict) else m
-                for m in body.get("messages", [])
-            ],
-            "tools": body.get("tools"),
-            "tool_choice": body.get("tool_choice"),
-        })
+        return _strip_cache_control(
+            {
+                "model": body.get("model"),
+                "system": body.get("system"),
+                "messages": [
+                    {k: v for k, v in m.items() if k in ("role", "content")}
+                    if isinstance(m, dict)
+                    else m
+                    for m in body.get("messages", [])
+                ],
+                "tools": body.get("tools"),
+                "tool_choice": body.get("tool_choice"),
+            }
+        )
 
     def digest(self, body: JSON) -> str:
         return sha256_digest(self.canonical(body))
@@ -245,8 +261,11 @@ class AnthropicMessages:
 
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
         response = exchange.response
-        is_answer = response.status < 400 and isinstance(response.body, dict) \
+        is_answer = (
+            response.status < 400
+            and isinstance(response.body, dict)
             and response.body.get("type") == "message"
+        )
         if not is_answer or not self.wants_stream(body):
             key: tuple[Any, ...] = ("json",)
         elif response.chunks is not None:
@@ -263,16 +282,24 @@ class AnthropicMessages:
         headers = tuple(response.headers)
         if key[0] == "json":
             data = json.dumps(_json_body(response.body), ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
-                                pieces=(Piece(data, frame=False),))
+            return ResponsePlan(
+                status=response.status,
+                headers=JSON_HEADERS + headers,
+                pieces=(Piece(data, frame=False),),
+            )
         if key[0] == "chunks":
             assert response.chunks is not None
-            pieces = tuple(Piece(c.data.encode("utf-8"), c.delay_ms * timing)
-                           for c in response.chunks)
+            pieces = tuple(
+                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
+            )
         else:
             pieces = tuple(Piece(f.encode("utf-8")) for f in self.stream_frames(response.body))
-        return ResponsePlan(status=response.status, headers=SSE_HEADERS + headers,
-                            pieces=pieces, framing=Framing.CHUNKED)
+        return ResponsePlan(
+            status=response.status,
+            headers=SSE_HEADERS + headers,
+            pieces=pieces,
+            framing=Framing.CHUNKED,
+        )
 
     def stream_frames(self, message: Mapping[str, Any]) -> list[str]:
         """SSE frames equivalent to a `message` body, as the API would stream it."""
@@ -290,18 +317,30 @@ class AnthropicMessages:
         if not blocks:
             frames.append(sse_event({"type": "ping"}))
         delta_usage: dict[str, Any] = {"output_tokens": (usage or {}).get("output_tokens", 0)}
-        frames.append(sse_event({
-            "type": "message_delta",
-            "delta": {"stop_reason": message.get("stop_reason"),
-                      "stop_sequence": message.get("stop_sequence")},
-            "usage": delta_usage,
-        }))
+        frames.append(
+            sse_event(
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": message.get("stop_reason"),
+                        "stop_sequence": message.get("stop_sequence"),
+                    },
+                    "usage": delta_usage,
+                }
+            )
+        )
         frames.append(sse_event({"type": "message_stop"}))
         return frames
 
     def render_error(
-        self, status: int, message: str, *, kind: str, code: str | None = None,
-        param: str | None = None, stream: bool = False,
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str,
+        code: str | None = None,
+        param: str | None = None,
+        stream: bool = False,
     ) -> ResponsePlan:
         if kind == ErrorKind.INVALID_REQUEST:
             type_ = "invalid_request_error"
@@ -310,8 +349,9 @@ class AnthropicMessages:
         else:
             type_ = error_type_for_status(status)
         data = json.dumps(error_body(message, type_), ensure_ascii=False)
-        return ResponsePlan(status=status, headers=JSON_HEADERS,
-                            pieces=(Piece(data.encode("utf-8"), frame=False),))
+        return ResponsePlan(
+            status=status, headers=JSON_HEADERS, pieces=(Piece(data.encode("utf-8"), frame=False),)
+        )
 
     # -- assembly ---------------------------------------------------------------
 
@@ -338,7 +378,8 @@ class AnthropicMessages:
                 message.update(event.get("delta") or {})
                 usage = event.get("usage") or {}
                 message.setdefault("usage", {}).update(
-                    {k: v for k, v in usage.items() if v is not None})
+                    {k: v for k, v in usage.items() if v is not None}
+                )
             elif kind == "message_stop":
                 break
         message["content"] = [blocks[i] for i in sorted(blocks)]
@@ -351,8 +392,9 @@ class AnthropicMessages:
 
     def answer_frame_count(self, plan: ResponsePlan) -> int:
         for i, piece in enumerate(plan.pieces):
-            if any(kind in _FINISHING
-                   for kind in _event_types([piece.data.decode("utf-8", "replace")])):
+            if any(
+                kind in _FINISHING for kind in _event_types([piece.data.decode("utf-8", "replace")])
+            ):
                 return i
         return len(plan.pieces)
 
@@ -392,9 +434,13 @@ class AnthropicMessages:
             "type": "message",
             "role": "assistant",
             "model": body.get("model", "") if isinstance(body, dict) else "",
-            "content": [{"type": "text",
-                         "text": f"[chaosllm fallback] No recording matches this request "
-                                 f"(digest {digest})."}],
+            "content": [
+                {
+                    "type": "text",
+                    "text": f"[chaosllm fallback] No recording matches this request "
+                    f"(digest {digest}).",
+                }
+            ],
             "stop_reason": "end_turn",
             "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
@@ -405,8 +451,8 @@ def _json_body(body: JSON) -> JSON:
     """A message as a JSON body: a broken tool input (a string, see the module doc) is
     what the API returns for a tool call cut off by max_tokens, an empty object."""
     if not isinstance(body, dict) or not any(
-            isinstance(b, dict) and isinstance(b.get("input"), str)
-            for b in body.get("content") or []):
+        isinstance(b, dict) and isinstance(b.get("input"), str) for b in body.get("content") or []
+    ):
         return body
     fixed = copy.deepcopy(body)
     for block in fixed["content"]:
@@ -431,19 +477,23 @@ def _block_frames(index: int, block: Mapping[str, Any]) -> list[str]:
         deltas += [{"type": "input_json_delta", "partial_json": p} for p in _json_pieces(text)]
     elif kind == "thinking":
         start.update(thinking="", signature="")
-        deltas = [{"type": "thinking_delta", "thinking": p}
-                  for p in _text_pieces(block.get("thinking", ""))]
+        deltas = [
+            {"type": "thinking_delta", "thinking": p}
+            for p in _text_pieces(block.get("thinking", ""))
+        ]
         if block.get("signature"):
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
     frames = [sse_event({"type": "content_block_start", "index": index, "content_block": start})]
-    frames += [sse_event({"type": "content_block_delta", "index": index, "delta": d})
-               for d in deltas]
+    frames += [
+        sse_event({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas
+    ]
     frames.append(sse_event({"type": "content_block_stop", "index": index}))
     return frames
 
 
-def _apply_delta(block: dict[str, Any], delta: Mapping[str, Any], buffers: dict[int, str],
-                 index: int) -> None:
+def _apply_delta(
+    block: dict[str, Any], delta: Mapping[str, Any], buffers: dict[int, str], index: int
+) -> None:
     kind = delta.get("type")
     if kind == "text_delta":
         block["text"] = block.get("text", "") + delta.get("text", "")

@@ -63,8 +63,14 @@ class Provider(Protocol):
         (0 = as fast as possible, 1 = as recorded)."""
 
     def render_error(
-        self, status: int, message: str, *, kind: str, code: str | None = None,
-        param: str | None = None, stream: bool = False,
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str,
+        code: str | None = None,
+        param: str | None = None,
+        stream: bool = False,
     ) -> ResponsePlan: ...
 
     def assemble(self, frames: Sequence[str]) -> JSON:

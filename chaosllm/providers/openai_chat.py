@@ -93,51 +93,79 @@ class OpenAIChat:
     def validate(self, body: JSON) -> None:
         body = require_object_with_model(body)
         if "messages" not in body:
-            raise InvalidRequest("Missing required parameter: 'messages'.", param="messages",
-                                 code="missing_required_parameter")
+            raise InvalidRequest(
+                "Missing required parameter: 'messages'.",
+                param="messages",
+                code="missing_required_parameter",
+            )
         messages = body["messages"]
-        expect(isinstance(messages, list),
-                f"Invalid type for 'messages': expected an array, but got "
-                f"{type_name(messages)} instead.", "messages")
-        expect(len(messages) > 0,
-                "Invalid 'messages': empty array. Expected an array with minimum length 1, "
-                "but got an empty array instead.", "messages", "empty_array")
+        expect(
+            isinstance(messages, list),
+            f"Invalid type for 'messages': expected an array, but got "
+            f"{type_name(messages)} instead.",
+            "messages",
+        )
+        expect(
+            len(messages) > 0,
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            "messages",
+            "empty_array",
+        )
         for i, message in enumerate(messages):
-            expect(isinstance(message, dict),
-                    f"Invalid type for 'messages[{i}]': expected an object, but got "
-                    f"{type_name(message)} instead.", f"messages[{i}]")
+            expect(
+                isinstance(message, dict),
+                f"Invalid type for 'messages[{i}]': expected an object, but got "
+                f"{type_name(message)} instead.",
+                f"messages[{i}]",
+            )
             role = message.get("role")
             if role is None:
-                raise InvalidRequest(f"Missing required parameter: 'messages[{i}].role'.",
-                                     param=f"messages[{i}].role",
-                                     code="missing_required_parameter")
-            expect(role in ROLES,
-                    f"Invalid value: {json.dumps(role)}. Supported values are: "
-                    + ", ".join(f"'{r}'" for r in sorted(ROLES)) + ".",
-                    f"messages[{i}].role", "invalid_value")
+                raise InvalidRequest(
+                    f"Missing required parameter: 'messages[{i}].role'.",
+                    param=f"messages[{i}].role",
+                    code="missing_required_parameter",
+                )
+            expect(
+                role in ROLES,
+                f"Invalid value: {json.dumps(role)}. Supported values are: "
+                + ", ".join(f"'{r}'" for r in sorted(ROLES))
+                + ".",
+                f"messages[{i}].role",
+                "invalid_value",
+            )
             content = message.get("content")
-            expect(content is None or isinstance(content, (str, list)),
-                    f"Invalid type for 'messages[{i}].content': expected one of a string or "
-                    f"array of objects, but got {type_name(content)} instead.",
-                    f"messages[{i}].content")
+            expect(
+                content is None or isinstance(content, (str, list)),
+                f"Invalid type for 'messages[{i}].content': expected one of a string or "
+                f"array of objects, but got {type_name(content)} instead.",
+                f"messages[{i}].content",
+            )
             if role == "tool":
-                expect(isinstance(message.get("tool_call_id"), str),
-                        f"Missing required parameter: 'messages[{i}].tool_call_id'.",
-                        f"messages[{i}].tool_call_id", "missing_required_parameter")
+                expect(
+                    isinstance(message.get("tool_call_id"), str),
+                    f"Missing required parameter: 'messages[{i}].tool_call_id'.",
+                    f"messages[{i}].tool_call_id",
+                    "missing_required_parameter",
+                )
         for key, kind, types in _TYPED_FIELDS:
             value = body.get(key)
             if value is not None:
-                expect(isinstance(value, types) and not (bool not in types
-                                                         and isinstance(value, bool)),
-                        f"Invalid type for '{key}': expected {kind}, but got "
-                        f"{type_name(body[key])} instead.", key)
+                expect(
+                    isinstance(value, types)
+                    and not (bool not in types and isinstance(value, bool)),
+                    f"Invalid type for '{key}': expected {kind}, but got "
+                    f"{type_name(body[key])} instead.",
+                    key,
+                )
 
     def canonical(self, body: JSON) -> JSON:
         return {
             "model": body.get("model"),
             "messages": [
                 {k: v for k, v in m.items() if k in CANONICAL_MESSAGE_KEYS}
-                if isinstance(m, dict) else m
+                if isinstance(m, dict)
+                else m
                 for m in body.get("messages", [])
             ],
             "tools": body.get("tools"),
@@ -168,8 +196,9 @@ class OpenAIChat:
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
         stream = self.wants_stream(body)
         response = exchange.response
-        is_answer = response.status < 400 and isinstance(response.body, dict) \
-            and "choices" in response.body
+        is_answer = (
+            response.status < 400 and isinstance(response.body, dict) and "choices" in response.body
+        )
         if not is_answer or not stream:
             # A JSON answer (or a recorded error answer, whatever was asked).
             key: tuple[Any, ...] = ("json",)
@@ -187,17 +216,27 @@ class OpenAIChat:
         headers = tuple(response.headers)
         if key[0] == "json":
             data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
-                                pieces=(Piece(data, frame=False),))
+            return ResponsePlan(
+                status=response.status,
+                headers=JSON_HEADERS + headers,
+                pieces=(Piece(data, frame=False),),
+            )
         if key[0] == "chunks":
             assert response.chunks is not None
-            pieces = tuple(Piece(c.data.encode("utf-8"), c.delay_ms * timing)
-                           for c in response.chunks)
+            pieces = tuple(
+                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
+            )
         else:
-            pieces = tuple(Piece(f.encode("utf-8"))
-                           for f in self.stream_frames(response.body, include_usage=key[1]))
-        return ResponsePlan(status=response.status, headers=SSE_HEADERS + headers,
-                            pieces=pieces, framing=Framing.CHUNKED)
+            pieces = tuple(
+                Piece(f.encode("utf-8"))
+                for f in self.stream_frames(response.body, include_usage=key[1])
+            )
+        return ResponsePlan(
+            status=response.status,
+            headers=SSE_HEADERS + headers,
+            pieces=pieces,
+            framing=Framing.CHUNKED,
+        )
 
     def stream_frames(self, completion: Mapping[str, Any], *, include_usage: bool) -> list[str]:
         """SSE frames equivalent to a `chat.completion` body, as the API would stream it."""
@@ -213,8 +252,9 @@ class OpenAIChat:
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> str:
             payload = dict(base)
-            payload["choices"] = [{"index": index, "delta": delta, "logprobs": None,
-                                   "finish_reason": finish}]
+            payload["choices"] = [
+                {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ]
             if include_usage:
                 payload["usage"] = None
             return sse_frame(payload)
@@ -224,8 +264,10 @@ class OpenAIChat:
             index = choice.get("index", 0)
             message = choice.get("message") or {}
             content = message.get("content")
-            first: dict[str, Any] = {"role": message.get("role", "assistant"),
-                                     "content": "" if isinstance(content, str) else None}
+            first: dict[str, Any] = {
+                "role": message.get("role", "assistant"),
+                "content": "" if isinstance(content, str) else None,
+            }
             if "refusal" in message:
                 first["refusal"] = None
             frames.append(chunk(index, first))
@@ -233,21 +275,33 @@ class OpenAIChat:
                 if isinstance(message.get(key), str) and message[key]:
                     frames.extend(chunk(index, {key: p}) for p in text_pieces(message[key]))
             if isinstance(message.get("content"), str) and message["content"]:
-                frames.extend(chunk(index, {"content": p})
-                              for p in text_pieces(message["content"]))
+                frames.extend(chunk(index, {"content": p}) for p in text_pieces(message["content"]))
             if isinstance(message.get("refusal"), str) and message["refusal"]:
-                frames.extend(chunk(index, {"refusal": p})
-                              for p in text_pieces(message["refusal"]))
+                frames.extend(chunk(index, {"refusal": p}) for p in text_pieces(message["refusal"]))
             for call_index, call in enumerate(message.get("tool_calls") or []):
                 function = call.get("function") or {}
-                frames.append(chunk(index, {"tool_calls": [{
-                    "index": call_index, "id": call.get("id"), "type": call.get("type", "function"),
-                    "function": {"name": function.get("name"), "arguments": ""},
-                }]}))
+                frames.append(
+                    chunk(
+                        index,
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": call_index,
+                                    "id": call.get("id"),
+                                    "type": call.get("type", "function"),
+                                    "function": {"name": function.get("name"), "arguments": ""},
+                                }
+                            ]
+                        },
+                    )
+                )
                 frames.extend(
-                    chunk(index, {"tool_calls": [{"index": call_index,
-                                                  "function": {"arguments": piece}}]})
-                    for piece in argument_pieces(function.get("arguments") or ""))
+                    chunk(
+                        index,
+                        {"tool_calls": [{"index": call_index, "function": {"arguments": piece}}]},
+                    )
+                    for piece in argument_pieces(function.get("arguments") or "")
+                )
             frames.append(chunk(index, {}, choice.get("finish_reason") or "stop"))
         if include_usage:
             payload = dict(base)
@@ -258,13 +312,20 @@ class OpenAIChat:
         return frames
 
     def render_error(
-        self, status: int, message: str, *, kind: str, code: str | None = None,
-        param: str | None = None, stream: bool = False,
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str,
+        code: str | None = None,
+        param: str | None = None,
+        stream: bool = False,
     ) -> ResponsePlan:
         type_ = KIND_TYPES.get(kind) or error_type_for_status(status)[0]
         data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
-        return ResponsePlan(status=status, headers=JSON_HEADERS,
-                            pieces=(Piece(data.encode("utf-8"), frame=False),))
+        return ResponsePlan(
+            status=status, headers=JSON_HEADERS, pieces=(Piece(data.encode("utf-8"), frame=False),)
+        )
 
     # -- assembly ---------------------------------------------------------------
 
@@ -278,17 +339,28 @@ class OpenAIChat:
             if "error" in chunk and "choices" not in chunk:
                 return chunk
             if not completion:
-                completion = {"id": chunk.get("id"), "object": "chat.completion",
-                              "created": chunk.get("created"), "model": chunk.get("model")}
+                completion = {
+                    "id": chunk.get("id"),
+                    "object": "chat.completion",
+                    "created": chunk.get("created"),
+                    "model": chunk.get("model"),
+                }
                 for key in ("service_tier", "system_fingerprint"):
                     if key in chunk:
                         completion[key] = chunk[key]
             if chunk.get("usage"):
                 completion["usage"] = chunk["usage"]
             for c in chunk.get("choices") or []:
-                state = choices.setdefault(c.get("index", 0), {
-                    "index": c.get("index", 0), "message": {"role": "assistant", "content": None},
-                    "logprobs": None, "finish_reason": None, "_calls": {}})
+                state = choices.setdefault(
+                    c.get("index", 0),
+                    {
+                        "index": c.get("index", 0),
+                        "message": {"role": "assistant", "content": None},
+                        "logprobs": None,
+                        "finish_reason": None,
+                        "_calls": {},
+                    },
+                )
                 _merge_delta(state, c.get("delta") or {})
                 if c.get("finish_reason") is not None:
                     state["finish_reason"] = c["finish_reason"]
@@ -368,15 +440,20 @@ class OpenAIChat:
             "object": "chat.completion",
             "created": 0,
             "model": body.get("model", "") if isinstance(body, dict) else "",
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant",
-                            "content": f"[chaosllm fallback] No recording matches this request "
-                                       f"(digest {digest}).",
-                            "refusal": None, "annotations": []},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": f"[chaosllm fallback] No recording matches this request "
+                        f"(digest {digest}).",
+                        "refusal": None,
+                        "annotations": [],
+                    },
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
 
@@ -395,8 +472,9 @@ def _frame_finishes(data: bytes) -> bool:
         choices = chunk.get("choices")
         if "error" in chunk or choices == []:
             return True
-        if isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason")
-                                             for c in choices):
+        if isinstance(choices, list) and any(
+            isinstance(c, dict) and c.get("finish_reason") for c in choices
+        ):
             return True
     return False
 
@@ -408,8 +486,10 @@ def _merge_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:
             message["role"] = value
         elif key == "tool_calls":
             for call in value or []:
-                slot = state["_calls"].setdefault(call.get("index", 0), {
-                    "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                slot = state["_calls"].setdefault(
+                    call.get("index", 0),
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                )
                 if call.get("id"):
                     slot["id"] = call["id"]
                 if call.get("type"):

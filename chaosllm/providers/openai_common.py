@@ -60,8 +60,9 @@ def error_type_for_status(status: int) -> tuple[str, str | None]:
     return ("server_error", None) if status >= 500 else ("invalid_request_error", None)
 
 
-def error_body(message: str, type_: str, code: str | None = None,
-               param: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, type_: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -116,14 +117,19 @@ def cut_json(text: str) -> str:
 
 def require_object_with_model(body: JSON) -> dict[str, Any]:
     """The checks every OpenAI endpoint starts with: a JSON object with a string model."""
-    expect(isinstance(body, dict),
-           f"The request body must be a JSON object, but got {type_name(body)} instead.",
-           "body")
+    expect(
+        isinstance(body, dict),
+        f"The request body must be a JSON object, but got {type_name(body)} instead.",
+        "body",
+    )
     assert isinstance(body, dict)
     if "model" not in body:
-        raise InvalidRequest("Missing required parameter: 'model'.", param="model",
-                             code="missing_required_parameter")
-    expect(isinstance(body["model"], str),
-           f"Invalid type for 'model': expected a string, but got "
-           f"{type_name(body['model'])} instead.", "model")
+        raise InvalidRequest(
+            "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+        )
+    expect(
+        isinstance(body["model"], str),
+        f"Invalid type for 'model': expected a string, but got {type_name(body['model'])} instead.",
+        "model",
+    )
     return body

@@ -59,8 +59,9 @@ SSE_HEADERS = (
     ("content-type", "text/event-stream; charset=utf-8"),
     ("cache-control", "no-cache"),
 )
-TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete",
-                             "error"})
+TERMINAL_EVENTS = frozenset(
+    {"response.completed", "response.failed", "response.incomplete", "error"}
+)
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
 _TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
@@ -77,8 +78,11 @@ _TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
 
 def sse_event(payload: Mapping[str, Any]) -> str:
     """One Responses stream frame: ``event: <type>`` and its JSON data."""
-    return (f"event: {payload['type']}\ndata: "
-            + json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n\n")
+    return (
+        f"event: {payload['type']}\ndata: "
+        + json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        + "\n\n"
+    )
 
 
 def iter_events(frames: Sequence[str]) -> Iterator[tuple[str | None, str]]:
@@ -125,58 +129,90 @@ class OpenAIResponses:
     def validate(self, body: JSON) -> None:
         body = require_object_with_model(body)
         if "input" not in body:
-            raise InvalidRequest("Missing required parameter: 'input'.", param="input",
-                                 code="missing_required_parameter")
+            raise InvalidRequest(
+                "Missing required parameter: 'input'.",
+                param="input",
+                code="missing_required_parameter",
+            )
         items = body["input"]
-        expect(isinstance(items, (str, list)),
-                f"Invalid type for 'input': expected one of a string or array of input items, "
-                f"but got {type_name(items)} instead.", "input")
+        expect(
+            isinstance(items, (str, list)),
+            f"Invalid type for 'input': expected one of a string or array of input items, "
+            f"but got {type_name(items)} instead.",
+            "input",
+        )
         for i, item in enumerate(items if isinstance(items, list) else []):
             where = f"input[{i}]"
-            expect(isinstance(item, dict),
-                    f"Invalid type for '{where}': expected an object, but got "
-                    f"{type_name(item)} instead.", where)
+            expect(
+                isinstance(item, dict),
+                f"Invalid type for '{where}': expected an object, but got "
+                f"{type_name(item)} instead.",
+                where,
+            )
             kind = item.get("type", "message")
             if kind == "message":
                 role = item.get("role")
                 if role is None:
-                    raise InvalidRequest(f"Missing required parameter: '{where}.role'.",
-                                         param=f"{where}.role",
-                                         code="missing_required_parameter")
-                expect(role in INPUT_ROLES,
-                        f"Invalid value: {json.dumps(role)}. Supported values are: "
-                        + ", ".join(f"'{r}'" for r in sorted(INPUT_ROLES)) + ".",
-                        f"{where}.role", "invalid_value")
-                expect(isinstance(item.get("content"), (str, list)),
-                        f"Invalid type for '{where}.content': expected one of a string or "
-                        f"array of input content, but got {type_name(item.get('content'))} "
-                        f"instead.", f"{where}.content")
+                    raise InvalidRequest(
+                        f"Missing required parameter: '{where}.role'.",
+                        param=f"{where}.role",
+                        code="missing_required_parameter",
+                    )
+                expect(
+                    role in INPUT_ROLES,
+                    f"Invalid value: {json.dumps(role)}. Supported values are: "
+                    + ", ".join(f"'{r}'" for r in sorted(INPUT_ROLES))
+                    + ".",
+                    f"{where}.role",
+                    "invalid_value",
+                )
+                expect(
+                    isinstance(item.get("content"), (str, list)),
+                    f"Invalid type for '{where}.content': expected one of a string or "
+                    f"array of input content, but got {type_name(item.get('content'))} "
+                    f"instead.",
+                    f"{where}.content",
+                )
             elif kind == "function_call_output":
                 for key in ("call_id", "output"):
                     if key not in item:
-                        raise InvalidRequest(f"Missing required parameter: '{where}.{key}'.",
-                                             param=f"{where}.{key}",
-                                             code="missing_required_parameter")
+                        raise InvalidRequest(
+                            f"Missing required parameter: '{where}.{key}'.",
+                            param=f"{where}.{key}",
+                            code="missing_required_parameter",
+                        )
             elif kind == "function_call":
                 for key in ("call_id", "name", "arguments"):
-                    expect(isinstance(item.get(key), str),
-                            f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}",
-                            "missing_required_parameter")
+                    expect(
+                        isinstance(item.get(key), str),
+                        f"Missing required parameter: '{where}.{key}'.",
+                        f"{where}.{key}",
+                        "missing_required_parameter",
+                    )
         for key, kind_name, types in _TYPED_FIELDS:
             value = body.get(key)
             if value is not None:
-                expect(isinstance(value, types) and not (bool not in types
-                                                         and isinstance(value, bool)),
-                        f"Invalid type for '{key}': expected {kind_name}, but got "
-                        f"{type_name(value)} instead.", key)
+                expect(
+                    isinstance(value, types)
+                    and not (bool not in types and isinstance(value, bool)),
+                    f"Invalid type for '{key}': expected {kind_name}, but got "
+                    f"{type_name(value)} instead.",
+                    key,
+                )
         for i, tool in enumerate(body.get("tools") or []):
-            expect(isinstance(tool, dict) and isinstance(tool.get("type"), str),
-                    f"Missing required parameter: 'tools[{i}].type'.", f"tools[{i}].type",
-                    "missing_required_parameter")
+            expect(
+                isinstance(tool, dict) and isinstance(tool.get("type"), str),
+                f"Missing required parameter: 'tools[{i}].type'.",
+                f"tools[{i}].type",
+                "missing_required_parameter",
+            )
             if tool.get("type") == "function":
-                expect(isinstance(tool.get("name"), str),
-                        f"Missing required parameter: 'tools[{i}].name'.", f"tools[{i}].name",
-                        "missing_required_parameter")
+                expect(
+                    isinstance(tool.get("name"), str),
+                    f"Missing required parameter: 'tools[{i}].name'.",
+                    f"tools[{i}].name",
+                    "missing_required_parameter",
+                )
 
     def canonical(self, body: JSON) -> JSON:
         items = body.get("input")
@@ -210,8 +246,11 @@ class OpenAIResponses:
 
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
         response = exchange.response
-        is_answer = response.status < 400 and isinstance(response.body, dict) \
+        is_answer = (
+            response.status < 400
+            and isinstance(response.body, dict)
             and response.body.get("object") == "response"
+        )
         if not is_answer or not self.wants_stream(body):
             key: tuple[Any, ...] = ("json",)
         elif response.chunks is not None:
@@ -228,16 +267,24 @@ class OpenAIResponses:
         headers = tuple(response.headers)
         if key[0] == "json":
             data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(status=response.status, headers=JSON_HEADERS + headers,
-                                pieces=(Piece(data, frame=False),))
+            return ResponsePlan(
+                status=response.status,
+                headers=JSON_HEADERS + headers,
+                pieces=(Piece(data, frame=False),),
+            )
         if key[0] == "chunks":
             assert response.chunks is not None
-            pieces = tuple(Piece(c.data.encode("utf-8"), c.delay_ms * timing)
-                           for c in response.chunks)
+            pieces = tuple(
+                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
+            )
         else:
             pieces = tuple(Piece(f.encode("utf-8")) for f in self.stream_frames(response.body))
-        return ResponsePlan(status=response.status, headers=SSE_HEADERS + headers,
-                            pieces=pieces, framing=Framing.CHUNKED)
+        return ResponsePlan(
+            status=response.status,
+            headers=SSE_HEADERS + headers,
+            pieces=pieces,
+            framing=Framing.CHUNKED,
+        )
 
     def stream_frames(self, response: Mapping[str, Any]) -> list[str]:
         """SSE frames equivalent to a `response` object, as the API would stream it."""
@@ -247,8 +294,9 @@ class OpenAIResponses:
             frames.append(sse_event({"type": type_, "sequence_number": len(frames), **fields}))
 
         pending = copy.deepcopy(dict(response))
-        pending.update(status="in_progress", output=[], usage=None, error=None,
-                       incomplete_details=None)
+        pending.update(
+            status="in_progress", output=[], usage=None, error=None, incomplete_details=None
+        )
         if "completed_at" in pending:
             pending["completed_at"] = None
         emit("response.created", response=pending)
@@ -256,8 +304,9 @@ class OpenAIResponses:
         for index, item in enumerate(response.get("output") or []):
             self._item_frames(emit, index, item)
         status = response.get("status") or "completed"
-        terminal = {"failed": "response.failed",
-                    "incomplete": "response.incomplete"}.get(status, "response.completed")
+        terminal = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
+            status, "response.completed"
+        )
         emit(terminal, response=response)
         return frames
 
@@ -267,59 +316,84 @@ class OpenAIResponses:
         item_id = item.get("id")
         at = {"item_id": item_id, "output_index": index}
         if kind == "message":
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "content": []})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
             for part_index, part in enumerate(item.get("content") or []):
                 where = {**at, "content_index": part_index}
                 if part.get("type") == "output_text":
-                    emit("response.content_part.added", **where,
-                         part={**part, "text": "", "annotations": []})
+                    emit(
+                        "response.content_part.added",
+                        **where,
+                        part={**part, "text": "", "annotations": []},
+                    )
                     text = part.get("text") or ""
-                    for piece in (text_pieces(text) if text else []):
+                    for piece in text_pieces(text) if text else []:
                         emit("response.output_text.delta", **where, delta=piece, logprobs=[])
-                    emit("response.output_text.done", **where, text=text,
-                         logprobs=part.get("logprobs") or [])
+                    emit(
+                        "response.output_text.done",
+                        **where,
+                        text=text,
+                        logprobs=part.get("logprobs") or [],
+                    )
                 elif part.get("type") == "refusal":
                     emit("response.content_part.added", **where, part={**part, "refusal": ""})
                     refusal = part.get("refusal") or ""
-                    for piece in (text_pieces(refusal) if refusal else []):
+                    for piece in text_pieces(refusal) if refusal else []:
                         emit("response.refusal.delta", **where, delta=piece)
                     emit("response.refusal.done", **where, refusal=refusal)
                 else:
                     emit("response.content_part.added", **where, part=part)
                 emit("response.content_part.done", **where, part=part)
         elif kind == "function_call":
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "arguments": ""})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
             arguments = item.get("arguments") or ""
             for piece in argument_pieces(arguments):
                 emit("response.function_call_arguments.delta", **at, delta=piece)
             emit("response.function_call_arguments.done", **at, arguments=arguments)
         elif kind == "reasoning":
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "summary": []})
+            emit("response.output_item.added", output_index=index, item={**item, "summary": []})
             for summary_index, summary in enumerate(item.get("summary") or []):
                 where = {**at, "summary_index": summary_index}
-                emit("response.reasoning_summary_part.added", **where,
-                     part={"type": "summary_text", "text": ""})
+                emit(
+                    "response.reasoning_summary_part.added",
+                    **where,
+                    part={"type": "summary_text", "text": ""},
+                )
                 text = summary.get("text") or ""
-                for piece in (text_pieces(text) if text else []):
+                for piece in text_pieces(text) if text else []:
                     emit("response.reasoning_summary_text.delta", **where, delta=piece)
                 emit("response.reasoning_summary_text.done", **where, text=text)
-                emit("response.reasoning_summary_part.done", **where,
-                     part={"type": "summary_text", "text": text})
+                emit(
+                    "response.reasoning_summary_part.done",
+                    **where,
+                    part={"type": "summary_text", "text": text},
+                )
         else:
             emit("response.output_item.added", output_index=index, item=item)
         emit("response.output_item.done", output_index=index, item=item)
 
     def render_error(
-        self, status: int, message: str, *, kind: str, code: str | None = None,
-        param: str | None = None, stream: bool = False,
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str,
+        code: str | None = None,
+        param: str | None = None,
+        stream: bool = False,
     ) -> ResponsePlan:
         type_ = KIND_TYPES.get(kind) or error_type_for_status(status)[0]
         data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
-        return ResponsePlan(status=status, headers=JSON_HEADERS,
-                            pieces=(Piece(data.encode("utf-8"), frame=False),))
+        return ResponsePlan(
+            status=status, headers=JSON_HEADERS, pieces=(Piece(data.encode("utf-8"), frame=False),)
+        )
 
     # -- assembly ---------------------------------------------------------------
 
@@ -337,8 +411,12 @@ class OpenAIResponses:
                 result: dict[str, Any] = event["response"]
                 return result
             if kind == "error":
-                return error_body(event.get("message") or "", "server_error",
-                                  event.get("code"), event.get("param"))
+                return error_body(
+                    event.get("message") or "",
+                    "server_error",
+                    event.get("code"),
+                    event.get("param"),
+                )
             if kind in ("response.created", "response.in_progress"):
                 started = copy.deepcopy(event["response"])
             elif kind in ("response.output_item.added", "response.output_item.done"):
@@ -380,8 +458,9 @@ class OpenAIResponses:
         _, code = error_type_for_status(status)
         code = "rate_limit_exceeded" if status == 429 else code or "server_error"
         # The hook does not see the stream it ends: sequence_number cannot continue it.
-        return sse_event({"type": "error", "code": code, "message": message, "param": None,
-                          "sequence_number": 0}).encode("utf-8")
+        return sse_event(
+            {"type": "error", "code": code, "message": message, "param": None, "sequence_number": 0}
+        ).encode("utf-8")
 
     def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
         type_, default_code = error_type_for_status(status)
@@ -389,16 +468,23 @@ class OpenAIResponses:
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
-        message = next((i for i in empty.get("output") or [] if i.get("type") == "message"),
-                       None)
-        item = {"type": "message", "id": (message or {}).get("id", "msg_chaosllm_empty"),
-                "status": "completed", "role": "assistant", "content": []}
+        message = next((i for i in empty.get("output") or [] if i.get("type") == "message"), None)
+        item = {
+            "type": "message",
+            "id": (message or {}).get("id", "msg_chaosllm_empty"),
+            "status": "completed",
+            "role": "assistant",
+            "content": [],
+        }
         empty["output"] = [item]
         empty["status"] = "completed"
         usage = empty.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("input_tokens"), int):
-            usage.update(output_tokens=0, total_tokens=usage["input_tokens"],
-                         output_tokens_details={"reasoning_tokens": 0})
+            usage.update(
+                output_tokens=0,
+                total_tokens=usage["input_tokens"],
+                output_tokens_details={"reasoning_tokens": 0},
+            )
         return empty
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
@@ -423,15 +509,23 @@ class OpenAIResponses:
             "incomplete_details": None,
             "instructions": body.get("instructions") if isinstance(body, dict) else None,
             "model": body.get("model", "") if isinstance(body, dict) else "",
-            "output": [{"type": "message", "id": "msg_chaosllm" + digest[:24],
-                        "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text,
-                                     "annotations": []}]}],
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_chaosllm" + digest[:24],
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "tools": [],
-            "usage": {"input_tokens": 0, "input_tokens_details": {"cache_write_tokens": 0,
-                                                       "cached_tokens": 0},
-                      "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0},
-                      "total_tokens": 0},
+            "usage": {
+                "input_tokens": 0,
+                "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 0,
+            },
         }

@@ -87,7 +87,8 @@ def _is_reset(exc: BaseException | None) -> bool:
         if exc is None:
             return False
         if isinstance(exc, ConnectionResetError) or (
-                isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE)):
+            isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE)
+        ):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -123,7 +124,8 @@ class UpstreamResponse:
     def __init__(self, pool: H11Pool, conn: _Conn, response: h11.Response) -> None:
         self.status = response.status_code
         self.headers: list[tuple[bytes, bytes]] = [
-            (bytes(name), bytes(value)) for name, value in response.headers.raw_items()]
+            (bytes(name), bytes(value)) for name, value in response.headers.raw_items()
+        ]
         self._pool = pool
         self._conn: _Conn | None = conn
         self._done = False
@@ -245,8 +247,16 @@ class UpstreamResponse:
 class H11Pool:
     """Keep-alive connections to one origin (scheme, host, port) for one event loop."""
 
-    def __init__(self, scheme: str, host: str, port: int, *, timeouts: Timeouts,
-                 ssl_context: ssl.SSLContext | None = None, max_idle: int = 256) -> None:
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        *,
+        timeouts: Timeouts,
+        ssl_context: ssl.SSLContext | None = None,
+        max_idle: int = 256,
+    ) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
@@ -278,19 +288,26 @@ class H11Pool:
                 stream: anyio.abc.ByteStream
                 if tls:
                     stream = await anyio.connect_tcp(
-                        self.host, self.port, tls=True, ssl_context=self.ssl_context,
-                        tls_hostname=self.host, tls_standard_compatible=False)
+                        self.host,
+                        self.port,
+                        tls=True,
+                        ssl_context=self.ssl_context,
+                        tls_hostname=self.host,
+                        tls_standard_compatible=False,
+                    )
                 else:
                     stream = await anyio.connect_tcp(self.host, self.port)
         except TimeoutError:
-            raise UpstreamTimeout(f"connecting took longer than {self.timeouts.connect:g} s") \
-                from None
+            raise UpstreamTimeout(
+                f"connecting took longer than {self.timeouts.connect:g} s"
+            ) from None
         except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
             raise ConnectFailed(str(exc) or type(exc).__name__) from None
         return _Conn(stream)
 
-    async def send(self, method: str, target: bytes,
-                   headers: Sequence[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
+    async def send(
+        self, method: str, target: bytes, headers: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> UpstreamResponse:
         """Send a request; the response once its head has arrived."""
         if self._closing:
             await self._reap()
@@ -309,8 +326,14 @@ class H11Pool:
             await conn.aclose()
             raise
 
-    async def _exchange(self, conn: _Conn, method: str, target: bytes,
-                        headers: Sequence[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
+    async def _exchange(
+        self,
+        conn: _Conn,
+        method: str,
+        target: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> UpstreamResponse:
         h = conn.h11
         head = list(headers)
         head.append((b"content-length", b"%d" % len(body)))
@@ -325,14 +348,12 @@ class H11Pool:
             with anyio.fail_after(self.timeouts.write):
                 await conn.stream.send(data)
         except TimeoutError:
-            raise UpstreamTimeout(f"sending took longer than {self.timeouts.write:g} s") \
-                from None
+            raise UpstreamTimeout(f"sending took longer than {self.timeouts.write:g} s") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             # The upstream went away while we wrote: it may still have answered (an early
             # error answer), so read what there is.
             if not _is_reset(exc):
-                raise ClosedBeforeAnswer(f"the connection broke while sending: {exc}") \
-                    from None
+                raise ClosedBeforeAnswer(f"the connection broke while sending: {exc}") from None
         got_bytes = False
         while True:
             try:
@@ -345,8 +366,9 @@ class H11Pool:
                     continue
             except anyio.EndOfStream:
                 if not got_bytes:
-                    raise ClosedBeforeAnswer("Server disconnected without sending a response.") \
-                        from None
+                    raise ClosedBeforeAnswer(
+                        "Server disconnected without sending a response."
+                    ) from None
                 h.receive_data(b"")
                 continue
             except TimeoutError:

@@ -106,10 +106,20 @@ __all__ = [
 
 log = logging.getLogger("chaosllm")
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-    "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
-})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect"}
 _FRAMING = frozenset({"content-length"})
 
@@ -157,16 +167,20 @@ class Upstream:
     httpx when the environment routes the upstream through an HTTP proxy
     (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``)."""
 
-    def __init__(self, url: str, *, timeouts: Timeouts = DEFAULT_TIMEOUTS,
-                 transport: str = "auto") -> None:
+    def __init__(
+        self, url: str, *, timeouts: Timeouts = DEFAULT_TIMEOUTS, transport: str = "auto"
+    ) -> None:
         import httpx  # only the record modes need it: imported on use
+
         try:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, TypeError) as exc:
             raise ValueError(f"invalid upstream URL {url!r}: {exc}") from None
         if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ValueError(f"invalid upstream URL {url!r}: expected http(s)://HOST[:PORT]"
-                             f"[/PATH], e.g. https://api.openai.com")
+            raise ValueError(
+                f"invalid upstream URL {url!r}: expected http(s)://HOST[:PORT]"
+                f"[/PATH], e.g. https://api.openai.com"
+            )
         if transport not in ("auto", "h11", "httpx"):
             raise ValueError(f"invalid transport {transport!r}: auto, h11 or httpx")
         self.url = url
@@ -181,8 +195,9 @@ class Upstream:
         self.transport = transport
         self._ssl: ssl.SSLContext | None = None
         self._pools: weakref.WeakKeyDictionary[Any, H11Pool] = weakref.WeakKeyDictionary()
-        self._clients: weakref.WeakKeyDictionary[Any, httpx.AsyncClient] = \
+        self._clients: weakref.WeakKeyDictionary[Any, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
+        )
 
     def target(self, path: str, query: bytes = b"") -> bytes:
         """The upstream request target of a request path (an upstream given as
@@ -193,8 +208,14 @@ class Upstream:
         raw = (self._prefix + path).encode("utf-8")
         return raw + b"?" + query if query else raw
 
-    async def send(self, method: str, path: str, query: bytes,
-                   headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Answer:
+    async def send(
+        self,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> Answer:
         """Send a request; its answer once the head has arrived. Raises the
         `chaosllm.record.client.UpstreamError` subclass that says how it failed."""
         target = self.target(path, query)
@@ -207,24 +228,33 @@ class Upstream:
             if self._parsed.scheme == "https" and self._ssl is None:
                 self._ssl = default_ssl_context()
             pool = self._pools[loop] = H11Pool(
-                self._parsed.scheme, self._parsed.host, self._parsed.port or
-                (443 if self._parsed.scheme == "https" else 80), timeouts=self.timeouts,
-                ssl_context=self._ssl)
+                self._parsed.scheme,
+                self._parsed.host,
+                self._parsed.port or (443 if self._parsed.scheme == "https" else 80),
+                timeouts=self.timeouts,
+                ssl_context=self._ssl,
+            )
         return await pool.send(method, target, [(b"host", self._netloc), *forwarded], body)
 
-    async def _send_httpx(self, method: str, target: bytes,
-                          headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+    async def _send_httpx(
+        self, method: str, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> Answer:
         import httpx  # only the record modes need it: imported on use
+
         loop = _running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
             t = self.timeouts
             client = self._clients[loop] = httpx.AsyncClient(
-                timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write,
-                                      pool=t.connect),
-                follow_redirects=False, trust_env=True)
-        request = client.build_request(method, self._parsed.copy_with(raw_path=target),
-                                       headers=headers, content=body)
+                timeout=httpx.Timeout(
+                    connect=t.connect, read=t.read, write=t.write, pool=t.connect
+                ),
+                follow_redirects=False,
+                trust_env=True,
+            )
+        request = client.build_request(
+            method, self._parsed.copy_with(raw_path=target), headers=headers, content=body
+        )
         try:
             response = await client.send(request, stream=True)
         except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
@@ -268,6 +298,7 @@ class _HttpxAnswer:
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         import httpx  # only the record modes need it: imported on use
+
         try:
             async for chunk in self._response.aiter_raw():
                 yield chunk
@@ -295,9 +326,12 @@ def _running_loop() -> Any:
 
 def forwarded_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The client's request headers as sent upstream."""
-    out = [(name, value) for name, value in headers
-           if (lowered := name.decode("latin-1").lower()) not in _NOT_FORWARDED
-           and not lowered.startswith("x-chaosllm-")]
+    out = [
+        (name, value)
+        for name, value in headers
+        if (lowered := name.decode("latin-1").lower()) not in _NOT_FORWARDED
+        and not lowered.startswith("x-chaosllm-")
+    ]
     out.append((b"accept-encoding", b"identity"))
     return out
 
@@ -368,8 +402,10 @@ def _decode(data: bytes, encoding: str) -> bytes:
             return zlib.decompress(data)
         except zlib.error:
             return zlib.decompress(data, -zlib.MAX_WBITS)
-    raise NotRecordable(f"the upstream answered with Content-Encoding {encoding!r}, "
-                        f"which the recorder cannot decode")
+    raise NotRecordable(
+        f"the upstream answered with Content-Encoding {encoding!r}, "
+        f"which the recorder cannot decode"
+    )
 
 
 def _is_sse(response: Answer) -> bool:
@@ -380,9 +416,17 @@ def _is_sse(response: Answer) -> bool:
 
 
 def recorded_exchange(
-    provider: Provider, *, method: str, path: str, body: JSON, status: int,
-    headers: Sequence[tuple[str, str]], frames: Sequence[tuple[bytes, float]] | None,
-    content: bytes | None, upstream: str, redactor: Redactor,
+    provider: Provider,
+    *,
+    method: str,
+    path: str,
+    body: JSON,
+    status: int,
+    headers: Sequence[tuple[str, str]],
+    frames: Sequence[tuple[bytes, float]] | None,
+    content: bytes | None,
+    upstream: str,
+    redactor: Redactor,
 ) -> Exchange:
     """The exchange to record from an upstream answer that completed (`frames` for an SSE
     body, else `content`); `NotRecordable` says why one is not recorded. `body` is the
@@ -394,10 +438,14 @@ def recorded_exchange(
         except UnicodeDecodeError as exc:
             raise NotRecordable(f"the stream is not UTF-8: {exc}") from None
         if not provider.stream_complete(texts):
-            raise NotRecordable("the stream ended without its terminator ([DONE] or an error "
-                                "event): an incomplete answer is never recorded")
-        chunks = tuple(RecordedChunk(redactor.text(text), round(delay, 3))
-                       for text, (_, delay) in zip(texts, frames, strict=True))
+            raise NotRecordable(
+                "the stream ended without its terminator ([DONE] or an error "
+                "event): an incomplete answer is never recorded"
+            )
+        chunks = tuple(
+            RecordedChunk(redactor.text(text), round(delay, 3))
+            for text, (_, delay) in zip(texts, frames, strict=True)
+        )
         try:
             answer = redactor.body(provider.assemble(texts))
             if provider.assemble([c.data for c in chunks]) != answer:
@@ -413,18 +461,26 @@ def recorded_exchange(
         try:
             answer = redactor.body(json.loads(content or b""))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise NotRecordable(f"the upstream's {status} answer is not JSON "
-                                f"(not an answer of the model's)") from None
+            raise NotRecordable(
+                f"the upstream's {status} answer is not JSON (not an answer of the model's)"
+            ) from None
     return Exchange(
         provider=provider.name,
         request=RecordedRequest(method=method, path=path, body=body),
-        response=RecordedResponse(status=status, body=answer, stream=stream,
-                                  chunks=chunks, headers=kept_response_headers(headers)),
+        response=RecordedResponse(
+            status=status,
+            body=answer,
+            stream=stream,
+            chunks=chunks,
+            headers=kept_response_headers(headers),
+        ),
         digest=provider.digest(body),
         name="(unsaved)",
         scenario="(unsaved)",
-        meta={"recorded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "upstream": upstream},
+        meta={
+            "recorded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "upstream": upstream,
+        },
     )
 
 
@@ -477,8 +533,9 @@ class ProxyCall:
         return self.entry.status
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._raw_extra = [(k.encode("latin-1"), v.encode("latin-1"))
-                           for k, v in self.extra_headers]
+        self._raw_extra = [
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in self.extra_headers
+        ]
         call = _Call()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_disconnect, receive, call, tg.cancel_scope)
@@ -495,8 +552,9 @@ class ProxyCall:
             raise call.error
         report = self.entry.report
         if call.gone:
-            self.entry.error = self.entry.error or \
-                "the client went away: the upstream request was cancelled"
+            self.entry.error = (
+                self.entry.error or "the client went away: the upstream request was cancelled"
+            )
             # Nothing more can reach the client; end the ASGI response for the server's sake.
             with contextlib.suppress(OSError, RuntimeError):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -507,15 +565,18 @@ class ProxyCall:
             return
         report.outcome = Outcome.COMPLETE
         if call.end is _End.ABORT:
-            raise PlanAborted("chaosllm: the upstream dropped the connection mid-answer; "
-                              "dropping the client's the same way")
+            raise PlanAborted(
+                "chaosllm: the upstream dropped the connection mid-answer; "
+                "dropping the client's the same way"
+            )
 
     # -- phases -------------------------------------------------------------------
 
     async def _exchange(self, send: Send, call: _Call) -> None:
         try:
-            response = await self.upstream.send(self.method, self.path, self.query,
-                                                self.headers, self.content)
+            response = await self.upstream.send(
+                self.method, self.path, self.query, self.headers, self.content
+            )
         except UpstreamError as exc:
             call.plan = self._failure_plan(exc)
             return
@@ -536,34 +597,46 @@ class ProxyCall:
         entry = self.entry
         if isinstance(exc, ConnectFailed):
             status, code = 502, "upstream_unreachable"
-            message = (f"chaosllm could not reach the upstream {where}: {reason}. Nothing was "
-                       f"recorded. Check --upstream and that the provider is reachable.")
+            message = (
+                f"chaosllm could not reach the upstream {where}: {reason}. Nothing was "
+                f"recorded. Check --upstream and that the provider is reachable."
+            )
         elif isinstance(exc, UpstreamTimeout):
             status, code = 504, "upstream_timeout"
-            message = f"The upstream {where} did not answer in time: {reason}. Nothing was " \
-                      f"recorded."
+            message = (
+                f"The upstream {where} did not answer in time: {reason}. Nothing was recorded."
+            )
         else:
             # It accepted the request, then closed or reset the connection without an
             # answer: the client sees the same (an empty reply, or a reset).
             reset = isinstance(exc, ResetBeforeAnswer)
             entry.status = 0
-            entry.error = (f"the upstream {where} {'reset' if reset else 'closed'} the "
-                           f"connection without answering ({reason}); nothing recorded")
+            entry.error = (
+                f"the upstream {where} {'reset' if reset else 'closed'} the "
+                f"connection without answering ({reason}); nothing recorded"
+            )
             log.warning("%s", entry.error)
-            return ResponsePlan(status=200, headers=(), pieces=(), send_head=False,
-                                ending=Ending.RESET if reset else Ending.CLOSE)
+            return ResponsePlan(
+                status=200,
+                headers=(),
+                pieces=(),
+                send_head=False,
+                ending=Ending.RESET if reset else Ending.CLOSE,
+            )
         log.warning("%s", message)
         entry.status = status
         entry.error = message
-        plan = self.provider.render_error(status, message, kind=ErrorKind.SERVER_ERROR,
-                                          code=code)
+        plan = self.provider.render_error(status, message, kind=ErrorKind.SERVER_ERROR, code=code)
         return plan.with_(headers=plan.headers + self.extra_headers)
 
-    def _client_head(self, response: Answer, *, drop: frozenset[str] = frozenset()
-                     ) -> list[tuple[bytes, bytes]]:
-        return [(name, value) for name, value in response.headers
-                if (lowered := name.decode("latin-1").lower()) not in HOP_BY_HOP
-                and lowered not in drop] + self._raw_extra
+    def _client_head(
+        self, response: Answer, *, drop: frozenset[str] = frozenset()
+    ) -> list[tuple[bytes, bytes]]:
+        return [
+            (name, value)
+            for name, value in response.headers
+            if (lowered := name.decode("latin-1").lower()) not in HOP_BY_HOP and lowered not in drop
+        ] + self._raw_extra
 
     async def _stream(self, response: Answer, send: Send, call: _Call) -> _End:
         """Pass the answer through as it arrives; record it at a clean end.
@@ -576,8 +649,11 @@ class ProxyCall:
         recording = self.recorder is not None
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
-        splitter = FrameSplitter(time.monotonic(), keep=recording) \
-            if _is_sse(response) and identity else None
+        splitter = (
+            FrameSplitter(time.monotonic(), keep=recording)
+            if _is_sse(response) and identity
+            else None
+        )
         parts: list[bytes] | None = [] if recording and splitter is None else None
         body, complete = response.available()
         if complete:
@@ -592,15 +668,19 @@ class ProxyCall:
                 await self._record_stream(response, splitter, parts, encoding)
             head = self._client_head(response, drop=_FRAMING)
             head.append((b"content-length", b"%d" % len(body)))
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": head})
+            await send({"type": "http.response.start", "status": response.status, "headers": head})
             call.finishing = True
             await send({"type": "http.response.body", "body": body, "more_body": False})
             report.head_sent = True
             report.bytes_sent += len(body)
             return _End.COMPLETE
-        await send({"type": "http.response.start", "status": response.status,
-                    "headers": self._client_head(response)})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": self._client_head(response),
+            }
+        )
         report.head_sent = True
         held = b""
         holding = False
@@ -622,17 +702,18 @@ class ProxyCall:
                 if response.finished and not recording:
                     # The last bytes: they end the message in the same write.
                     call.finishing = True
-                    await send({"type": "http.response.body", "body": chunk,
-                                "more_body": False})
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
                     report.bytes_sent += len(chunk)
                     return _End.COMPLETE
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     report.bytes_sent += len(chunk)
         except DroppedMidAnswer as exc:
-            entry.error = (f"the upstream {self.upstream.display} dropped the connection "
-                           f"mid-answer ({_reason(exc)}); the client's connection was dropped "
-                           f"the same way; nothing recorded")
+            entry.error = (
+                f"the upstream {self.upstream.display} dropped the connection "
+                f"mid-answer ({_reason(exc)}); the client's connection was dropped "
+                f"the same way; nothing recorded"
+            )
             log.warning("%s", entry.error)
             if held:
                 await send({"type": "http.response.body", "body": held, "more_body": True})
@@ -647,8 +728,13 @@ class ProxyCall:
         report.bytes_sent += len(held)
         return _End.COMPLETE
 
-    async def _record_stream(self, response: Answer, splitter: FrameSplitter | None,
-                             parts: list[bytes] | None, encoding: str) -> None:
+    async def _record_stream(
+        self,
+        response: Answer,
+        splitter: FrameSplitter | None,
+        parts: list[bytes] | None,
+        encoding: str,
+    ) -> None:
         if splitter is not None:
             await self._record(response, splitter.frames, None)
             return
@@ -667,8 +753,10 @@ class ProxyCall:
         identity = encoding.strip().lower() in ("", "identity")
         splitter = FrameSplitter(time.monotonic()) if _is_sse(response) and identity else None
         parts: list[bytes] = []
-        headers = tuple((k.decode("latin-1"), v.decode("latin-1"))
-                        for k, v in self._client_head(response, drop=_FRAMING))
+        headers = tuple(
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in self._client_head(response, drop=_FRAMING)
+        )
         status = response.status
         try:
             async for chunk in response.aiter_raw():
@@ -677,36 +765,49 @@ class ProxyCall:
                 else:
                     parts.append(chunk)
         except DroppedMidAnswer as exc:
-            self.entry.error = (f"the upstream {self.upstream.display} dropped the connection "
-                                f"mid-answer ({_reason(exc)}); nothing recorded, no fault "
-                                f"applied")
+            self.entry.error = (
+                f"the upstream {self.upstream.display} dropped the connection "
+                f"mid-answer ({_reason(exc)}); nothing recorded, no fault "
+                f"applied"
+            )
             log.warning("%s", self.entry.error)
             if splitter is not None:
-                return ResponsePlan(status=status, headers=headers,
-                                    pieces=tuple(Piece(d) for d, _ in splitter.frames),
-                                    framing=Framing.CHUNKED, ending=Ending.CLOSE)
+                return ResponsePlan(
+                    status=status,
+                    headers=headers,
+                    pieces=tuple(Piece(d) for d, _ in splitter.frames),
+                    framing=Framing.CHUNKED,
+                    ending=Ending.CLOSE,
+                )
             declared = response.header("content-length")
-            return ResponsePlan(status=status, headers=headers,
-                                pieces=(Piece(b"".join(parts), frame=False),),
-                                content_length=int(declared) if declared and
-                                declared.isdigit() else None, ending=Ending.CLOSE)
+            return ResponsePlan(
+                status=status,
+                headers=headers,
+                pieces=(Piece(b"".join(parts), frame=False),),
+                content_length=int(declared) if declared and declared.isdigit() else None,
+                ending=Ending.CLOSE,
+            )
         answer: JSON = None
         if splitter is not None:
             splitter.finish()
             frames: list[tuple[bytes, float]] | None = splitter.frames
             content = None
-            plan = ResponsePlan(status=status, headers=headers,
-                                pieces=tuple(Piece(d, delay * self.timing)
-                                             for d, delay in splitter.frames),
-                                framing=Framing.CHUNKED)
+            plan = ResponsePlan(
+                status=status,
+                headers=headers,
+                pieces=tuple(Piece(d, delay * self.timing) for d, delay in splitter.frames),
+                framing=Framing.CHUNKED,
+            )
             with contextlib.suppress(ValueError, TypeError, AttributeError):
-                answer = self.provider.assemble([d.decode("utf-8", "replace")
-                                                 for d, _ in splitter.frames])
+                answer = self.provider.assemble(
+                    [d.decode("utf-8", "replace") for d, _ in splitter.frames]
+                )
         else:
             frames = None
             content = b"".join(parts)
-            plan = ResponsePlan(status=status, headers=headers,
-                                pieces=(Piece(content, frame=False),))
+            plan = ResponsePlan(
+                status=status, headers=headers, pieces=(Piece(content, frame=False),)
+            )
             if identity:
                 with contextlib.suppress(ValueError):
                     answer = json.loads(content)
@@ -715,23 +816,31 @@ class ProxyCall:
         faulted = self.fault_hook(plan, answer)
         if self.recorder is not None:
             if content is None and frames is None:
-                self.entry.error = (f"not recorded: the upstream answered with "
-                                    f"Content-Encoding {encoding!r}")
+                self.entry.error = (
+                    f"not recorded: the upstream answered with Content-Encoding {encoding!r}"
+                )
             else:
                 await self._record(response, frames, content)
         return faulted
 
-    async def _record(self, response: Answer, frames: list[tuple[bytes, float]] | None,
-                      content: bytes | None) -> None:
+    async def _record(
+        self, response: Answer, frames: list[tuple[bytes, float]] | None, content: bytes | None
+    ) -> None:
         assert self.recorder is not None
         entry = self.entry
         try:
             exchange = recorded_exchange(
-                self.provider, method=self.method, path=self.path, body=self.body,
+                self.provider,
+                method=self.method,
+                path=self.path,
+                body=self.body,
                 status=response.status,
                 headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers],
-                frames=frames, content=content, upstream=self.upstream.display,
-                redactor=self.redactor)
+                frames=frames,
+                content=content,
+                upstream=self.upstream.display,
+                redactor=self.redactor,
+            )
         except NotRecordable as exc:
             entry.error = f"not recorded: {exc}"
             log.warning("%s %s: %s", self.method, self.path, entry.error)
@@ -742,8 +851,12 @@ class ProxyCall:
                 stored = await anyio.to_thread.run_sync(self.recorder, exchange)
         except (OSError, ChaosLLMError) as exc:
             entry.error = f"the recording could not be written: {exc}"
-            log.error("%s %s: %s (the answer was still proxied to the client)",
-                      self.method, self.path, entry.error)
+            log.error(
+                "%s %s: %s (the answer was still proxied to the client)",
+                self.method,
+                self.path,
+                entry.error,
+            )
             return
         entry.recording = stored.name
 

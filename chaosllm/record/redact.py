@@ -35,19 +35,35 @@ __all__ = [
 
 REDACTED = "[REDACTED]"
 
-SECRET_HEADERS = frozenset({
-    "authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key",
-    "openai-organization", "openai-project", "anthropic-organization-id",
-    "cookie", "set-cookie", "x-chaosllm-token",
-})
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "api-key",
+        "x-api-key",
+        "x-goog-api-key",
+        "openai-organization",
+        "openai-project",
+        "anthropic-organization-id",
+        "cookie",
+        "set-cookie",
+        "x-chaosllm-token",
+    }
+)
 """Headers that carry credentials or account identity: never stored."""
 
 _SECRET_HEADER_WORDS = ("api-key", "apikey", "token", "secret", "password", "auth", "cookie")
 
-KEPT_RESPONSE_HEADERS = frozenset({
-    "x-request-id", "request-id", "openai-processing-ms", "openai-version",
-    "retry-after", "retry-after-ms",
-})
+KEPT_RESPONSE_HEADERS = frozenset(
+    {
+        "x-request-id",
+        "request-id",
+        "openai-processing-ms",
+        "openai-version",
+        "retry-after",
+        "retry-after-ms",
+    }
+)
 _KEPT_RESPONSE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 
 KEY_PATTERNS: Sequence[str] = (
@@ -98,8 +114,9 @@ class Redactor:
         if isinstance(value, str):
             return self._pattern.sub(REDACTED, value)
         if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k: self.body(v)
-                    for k, v in value.items()}
+            return {
+                self.text(k) if isinstance(k, str) else k: self.body(v) for k, v in value.items()
+            }
         if isinstance(value, list):
             return [self.body(v) for v in value]
         return value

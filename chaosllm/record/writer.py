@@ -47,10 +47,15 @@ _TEMP = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-[0-9a-f]+\.tmp")
 
 def serialise(exchange: Exchange, redactor: Redactor | None = None) -> str:
     """The text of a recording file: indented, sorted keys, only kept response headers."""
-    exchange = replace(exchange, response=replace(
-        exchange.response, headers=kept_response_headers(exchange.response.headers)))
-    text = json.dumps(exchange_to_json(exchange), indent=2, sort_keys=True,
-                      ensure_ascii=False) + "\n"
+    exchange = replace(
+        exchange,
+        response=replace(
+            exchange.response, headers=kept_response_headers(exchange.response.headers)
+        ),
+    )
+    text = (
+        json.dumps(exchange_to_json(exchange), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    )
     return redactor.text(text) if redactor is not None else text
 
 
@@ -94,8 +99,10 @@ class RecordingWriter:
         except UnsafePath as exc:
             raise UnsafePath(f"bad scenario name: {exc}") from None
         if any(part.startswith(".") for part in Path(scenario).parts):
-            raise UnsafePath(f"scenario {scenario!r}: hidden names are not loaded, so "
-                             f"they cannot hold recordings")
+            raise UnsafePath(
+                f"scenario {scenario!r}: hidden names are not loaded, so "
+                f"they cannot hold recordings"
+            )
         return directory
 
     def write(self, exchange: Exchange, scenario: str) -> Exchange:
@@ -147,8 +154,13 @@ class RecordingWriter:
                 except FileExistsError:
                     number += 1
                 except OSError as exc:
-                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
-                                         errno.EXDEV, errno.EMLINK):
+                    if exc.errno not in (
+                        errno.EPERM,
+                        errno.ENOTSUP,
+                        errno.EOPNOTSUPP,
+                        errno.EXDEV,
+                        errno.EMLINK,
+                    ):
                         raise
                     # No hard links here: the lock keeps this process's threads apart.
                     if target.exists():
