@@ -113,10 +113,10 @@ def app_costs(
     with chaosllm's bytes."""
     import bare_app
 
-    from chaosllm.app import create_app
     from chaosllm.config import ServerConfig
+    from chaosllm.core.state import ChaosState
     from chaosllm.faults import parse_fault_specs
-    from chaosllm.state import ChaosState
+    from chaosllm.http.app import create_app
 
     def chaos_app(faults_by: str | None) -> tuple[App, ChaosState]:
         state = ChaosState.from_config(ServerConfig(recordings=[payloads.recordings]))

@@ -1,4 +1,4 @@
-"""Benchmark `chaosllm.nearest.NearestIndex` on a synthetic corpus of chat requests.
+"""Benchmark `chaosllm.store.nearest.NearestIndex` on a synthetic corpus of chat requests.
 
 Why synthetic: recordings are private and a benchmark must be reproducible.
 The corpus imitates what makes the real thing hard (deterministic, seeded):
@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chaosllm.nearest import NearestIndex, similarity
+from chaosllm.store.nearest import NearestIndex, similarity
 
 __all__ = ["Corpus", "main", "make_corpus", "make_queries"]
 

@@ -73,7 +73,7 @@ def startup_times(recordings: Path, runs: int, expected: int) -> list[float]:
 _LOAD_SNIPPET = """
 import gc, json, sys, time
 from pathlib import Path
-from chaosllm.store import RecordingStore
+from chaosllm.store.recordings import RecordingStore
 times = []
 for _ in range(int(sys.argv[2])):
     gc.collect()
@@ -148,9 +148,9 @@ def miss_path(recordings: Path, queries: int, seed: int = 11) -> MissPath:
     """Time `Matcher` on requests that match nothing: half near misses (40 % of the
     last message's words changed), half novel conversations."""
     from chaosllm.errors import NoMatch
-    from chaosllm.matching import Matcher
     from chaosllm.providers import PROVIDERS
-    from chaosllm.store import RecordingStore
+    from chaosllm.store.matching import Matcher
+    from chaosllm.store.recordings import RecordingStore
 
     provider = PROVIDERS["openai.chat"]
     store = RecordingStore.load([recordings])
@@ -210,7 +210,7 @@ class JournalGC:
 def journal_gc(sizes: Sequence[int] = (0, 10_000, 100_000)) -> JournalGC:
     """Time ``gc.collect()`` (what a generation-2 collection costs the server, during
     which it serves nothing) with the journal at each size."""
-    from chaosllm.journal import Journal
+    from chaosllm.core.journal import Journal
 
     times: list[float] = []
     per_entry = 0.0

@@ -24,7 +24,7 @@ from chaosllm.errors import (
 from chaosllm.faults import FAULT_TYPES, FaultSpec, parse_fault_spec
 from chaosllm.model import Exchange, ResponsePlan
 from chaosllm.server import ChaosServer
-from chaosllm.store import RecordingStore
+from chaosllm.store.recordings import RecordingStore
 
 __version__ = "0.1.0"
 

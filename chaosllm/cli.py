@@ -22,17 +22,24 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
+from chaosllm.core.state import ChaosState
 from chaosllm.doctor import diagnose
 from chaosllm.errors import ChaosLLMError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.profiles import list_profiles, load_profile
-from chaosllm.formats import IMPORTABLE
-from chaosllm.formats.importer import import_recordings
-from chaosllm.matching import DEFAULT_ORDER, Strategy
-from chaosllm.probe import BaselineFailed, ProbeRun, Verdict, probe, render_html, render_matrix
 from chaosllm.server import ServerKind, run_server
-from chaosllm.state import ChaosState
-from chaosllm.store import RecordingStore, shipped_dir
+from chaosllm.store.formats import IMPORTABLE
+from chaosllm.store.formats.importer import import_recordings
+from chaosllm.store.matching import DEFAULT_ORDER, Strategy
+from chaosllm.store.recordings import RecordingStore, shipped_dir
+from chaosllm.testing.probe import (
+    BaselineFailed,
+    ProbeRun,
+    Verdict,
+    probe,
+    render_html,
+    render_matrix,
+)
 
 __all__ = ["main"]
 

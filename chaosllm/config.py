@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from chaosllm.matching import DEFAULT_ORDER, Strategy
-from chaosllm.store import shipped_dir
+from chaosllm.paths import shipped_dir
 
 __all__ = [
     "DEFAULT_RECORD_SCENARIO",
@@ -18,6 +17,7 @@ __all__ = [
     "Mode",
     "OnMiss",
     "ServerConfig",
+    "Strategy",
     "parse_timing",
     "proxy_dirs",
     "secrets_from_env",
@@ -41,6 +41,31 @@ class _Choice(str, enum.Enum):
             raise ValueError(
                 f"invalid {cls.__name__.lower()} {value!r}; valid values: {valid}"
             ) from None
+
+
+class Strategy(str, enum.Enum):
+    EXACT = "exact"
+    SEQUENCE = "sequence"
+    NEAREST = "nearest"
+
+    @classmethod
+    def parse_order(cls, text: str) -> tuple[Strategy, ...]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        valid = ", ".join(s.value for s in cls)
+        if not names:
+            raise ValueError(f"empty match order; use a comma-separated list of: {valid}")
+        order = []
+        for name in names:
+            try:
+                order.append(cls(name))
+            except ValueError:
+                raise ValueError(f"unknown matcher {name!r}; valid matchers: {valid}") from None
+        if len(set(order)) != len(order):
+            raise ValueError(f"matcher listed twice in {text!r}")
+        return tuple(order)
+
+
+DEFAULT_ORDER = (Strategy.EXACT, Strategy.SEQUENCE, Strategy.NEAREST)
 
 
 class Mode(_Choice):

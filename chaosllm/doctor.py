@@ -1,7 +1,7 @@
 """``chaosllm doctor``: what is wrong with a recordings directory, before a test finds out.
 
 `diagnose` reads every file the server would load (native recordings and the
-other formats of `chaosllm.formats`) and reports, per file:
+other formats of `chaosllm.store.formats`) and reports, per file:
 
 =====================  ========  ===========================================================
 check                  severity  what it means
@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaosllm.core.structured import answer_schema_problem
 from chaosllm.errors import InvalidRequest, RecordingError, UnknownFormat
-from chaosllm.formats import read_data, read_file
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS
-from chaosllm.record.redact import KEY_PATTERNS, REDACTED, SECRET_HEADERS, Redactor
-from chaosllm.store import recording_files
-from chaosllm.structured import answer_schema_problem
-from chaosllm.validator import validate_conversation
+from chaosllm.providers.conversation import validate_conversation
+from chaosllm.store.formats import read_data, read_file
+from chaosllm.store.recordings import recording_files
+from chaosllm.store.redact import KEY_PATTERNS, REDACTED, SECRET_HEADERS, Redactor
 
 __all__ = ["CHECKS", "Problem", "Report", "diagnose"]
 

@@ -24,7 +24,6 @@ import anyio.from_thread
 import anyio.lowlevel
 from starlette.applications import Starlette
 
-from chaosllm.app import create_app
 from chaosllm.config import (
     DEFAULT_RECORD_SCENARIO,
     Mode,
@@ -34,11 +33,12 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
+from chaosllm.core.state import ChaosState
 from chaosllm.errors import ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.faults.profiles import load_profile
-from chaosllm.matching import DEFAULT_ORDER, Strategy
-from chaosllm.state import ChaosState
+from chaosllm.http.app import create_app
+from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.wire import PlanAborted, WireServer
 
 __all__ = ["ChaosServer", "ServerKind", "run_server"]

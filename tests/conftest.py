@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer
-from chaosllm.store import shipped_dir
+from chaosllm.store.recordings import shipped_dir
 
 pytest_plugins = ["pytester"]
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from chaosllm.app import create_app
 from chaosllm.config import OnMiss, ServerConfig
-from chaosllm.store import shipped_dir
+from chaosllm.http.app import create_app
+from chaosllm.store.recordings import shipped_dir
 from tests.conftest import recording, request_body
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""chaosllm.diff: where two JSON values differ, by path, in a stable order."""
+"""chaosllm.store.diff: where two JSON values differ, by path, in a stable order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaosllm.diff import json_differences
+from chaosllm.store.diff import json_differences
 
 RECORDED = {
     "model": "gpt-4o",

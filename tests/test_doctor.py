@@ -13,8 +13,8 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from chaosllm.cli import main
 from chaosllm.doctor import Problem, diagnose
-from chaosllm.formats.hashkeyed import request_digest
-from chaosllm.store import shipped_dir
+from chaosllm.store.formats.hashkeyed import request_digest
+from chaosllm.store.recordings import shipped_dir
 from tests.conftest import recording
 
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"

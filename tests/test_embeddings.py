@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from chaosllm.embeddings import embed, embeddings_response
 from chaosllm.errors import InvalidRequest
+from chaosllm.providers.embeddings import embed, embeddings_response
 
 
 def test_same_input_same_vector_different_input_different_vector() -> None:

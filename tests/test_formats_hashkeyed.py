@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer
-from chaosllm.formats import hashkeyed
 from chaosllm.model import Keying
-from chaosllm.store import RecordingStore
+from chaosllm.store.formats import hashkeyed
+from chaosllm.store.recordings import RecordingStore
 from tests.conftest import openai_client
 
 

@@ -15,9 +15,9 @@ import yaml  # type: ignore[import-untyped, unused-ignore]
 from chaosllm import ChaosServer
 from chaosllm.cli import main
 from chaosllm.doctor import diagnose
-from chaosllm.formats.importer import import_recordings
 from chaosllm.model import Keying
-from chaosllm.store import RecordingStore
+from chaosllm.store.formats.importer import import_recordings
+from chaosllm.store.recordings import RecordingStore
 from tests.test_formats_hashkeyed import ASK, WEATHER, compute_hash
 from tests.test_formats_trace import RECORDED, STEERING
 from tests.test_formats_vcr import cassette

@@ -15,7 +15,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.model import Keying
-from chaosllm.store import RecordingStore
+from chaosllm.store.recordings import RecordingStore
 
 STEERING = {
     "model_name": "advanced-steering",

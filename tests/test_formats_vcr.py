@@ -21,7 +21,7 @@ import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from chaosllm import ChaosServer
-from chaosllm.store import RecordingStore
+from chaosllm.store.recordings import RecordingStore
 from tests.conftest import openai_client
 
 URI = "https://api.openai.com/v1/chat/completions"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaosllm.journal import Journal
+from chaosllm.core.journal import Journal
 from chaosllm.model import Outcome
 
 

@@ -1,4 +1,4 @@
-"""chaosllm.nearest: the similarity measure and the index that ranks by it."""
+"""chaosllm.store.nearest: the similarity measure and the index that ranks by it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaosllm.nearest import NearestIndex, similarity
+from chaosllm.store.nearest import NearestIndex, similarity
 
 _WORDS = [f"w{i}" for i in range(400)]
 

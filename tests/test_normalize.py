@@ -1,4 +1,4 @@
-"""chaosllm.normalize: volatile substrings become placeholders, nothing else moves."""
+"""chaosllm.store.normalize: volatile substrings become placeholders, nothing else moves."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from chaosllm.normalize import (
+from chaosllm.store.normalize import (
     PLACEHOLDERS,
     normalize_text,
     normalize_tokens,

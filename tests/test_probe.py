@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chaosllm.probe import BaselineFailed, Verdict, probe
+from chaosllm.testing.probe import BaselineFailed, Verdict, probe
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chaosllm.probe import probe
 from chaosllm.pytest_plugin import ChaosHandle
+from chaosllm.testing.probe import probe
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer
-from chaosllm.store import shipped_dir
+from chaosllm.store.recordings import shipped_dir
 from tests.conftest import CLI, request_body, serving
 
 pytestmark = pytest.mark.timeout(60)

@@ -26,7 +26,7 @@ import pytest
 from chaosllm import ChaosServer
 from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS
-from chaosllm.store import RecordingStore
+from chaosllm.store.recordings import RecordingStore
 from tests.conftest import recording, request_body
 
 pytestmark = pytest.mark.timeout(60)
@@ -656,7 +656,7 @@ def test_fifty_concurrent_recorded_requests_give_fifty_valid_files(
 
 def test_proxy_modes_need_an_upstream_and_a_place_to_record(tmp_path: Path) -> None:
     from chaosllm import ServerError
-    from chaosllm.store import shipped_dir
+    from chaosllm.store.recordings import shipped_dir
 
     with pytest.raises(ServerError, match="needs --upstream URL"):
         ChaosServer(mode="passthrough")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from chaosllm.providers import PROVIDERS
-from chaosllm.record.redact import (
+from chaosllm.store.redact import (
     REDACTED,
     Redactor,
     kept_response_headers,

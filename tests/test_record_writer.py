@@ -16,9 +16,9 @@ import pytest
 
 from chaosllm.errors import UnsafePath
 from chaosllm.model import Exchange
-from chaosllm.record.redact import Redactor
-from chaosllm.record.writer import TEMP_PREFIX, RecordingWriter
-from chaosllm.store import RecordingStore, parse_exchange
+from chaosllm.store.recordings import RecordingStore, parse_exchange
+from chaosllm.store.redact import Redactor
+from chaosllm.store.writer import TEMP_PREFIX, RecordingWriter
 from tests.conftest import RECORDINGS, recording
 
 KEY = "sk-proj-" + "Q" * 40
@@ -123,8 +123,8 @@ WRITER_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys
     from dataclasses import replace
     from pathlib import Path
-    from chaosllm.record.writer import RecordingWriter
-    from chaosllm.store import parse_exchange
+    from chaosllm.store.writer import RecordingWriter
+    from chaosllm.store.recordings import parse_exchange
 
     root, mode = Path(sys.argv[1]), sys.argv[2]
     data = json.loads(Path(sys.argv[3]).read_text("utf-8"))

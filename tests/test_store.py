@@ -11,7 +11,13 @@ import pytest
 
 from chaosllm.errors import RecordingError, UnsafePath
 from chaosllm.providers.openai_chat import OpenAIChat
-from chaosllm.store import RecordingStore, exchange_to_json, parse_exchange, safe_child, shipped_dir
+from chaosllm.store.recordings import (
+    RecordingStore,
+    exchange_to_json,
+    parse_exchange,
+    safe_child,
+    shipped_dir,
+)
 
 P = OpenAIChat()
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer
-from chaosllm.structured import answer_schema_problem, request_schema
+from chaosllm.core.structured import answer_schema_problem, request_schema
 from tests.conftest import recording, request_body
 
 NAME = "structured-output/0001"

@@ -16,7 +16,7 @@ from chaosllm import ChaosServer
 from chaosllm.model import Exchange, RecordedChunk, RecordedRequest, RecordedResponse
 from chaosllm.providers import OpenAIChat
 from chaosllm.providers.openai_chat import sse_frame
-from chaosllm.templating import (
+from chaosllm.store.templating import (
     WORKSPACE_TOKEN,
     adapt,
     learn_id_map,

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer
-from chaosllm.validator import Finding, has_system_prompt, validate_conversation
+from chaosllm.providers.conversation import Finding, has_system_prompt, validate_conversation
 from tests.conftest import all_recordings, recording
 
 SYSTEM = {"role": "system", "content": "You are a helpful agent."}

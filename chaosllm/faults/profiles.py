@@ -13,7 +13,7 @@ from typing import Any
 
 from chaosllm.errors import InvalidFaultSpec, UnsafePath
 from chaosllm.faults.spec import FaultSpec, parse_fault_specs
-from chaosllm.store import safe_child, shipped_dir
+from chaosllm.store.recordings import safe_child, shipped_dir
 
 __all__ = ["Profile", "list_profiles", "load_profile", "parse_profile"]
 

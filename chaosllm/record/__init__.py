@@ -10,14 +10,14 @@ faults apply to live traffic.
 from __future__ import annotations
 
 from chaosllm.record.proxy import FrameSplitter, NotRecordable, ProxyCall, Upstream
-from chaosllm.record.redact import (
+from chaosllm.store.redact import (
     REDACTED,
     Redactor,
     kept_response_headers,
     redact_body,
     redact_text,
 )
-from chaosllm.record.writer import RecordingWriter
+from chaosllm.store.writer import RecordingWriter
 
 __all__ = [
     "REDACTED",

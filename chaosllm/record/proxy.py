@@ -61,8 +61,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.to_thread
 
+from chaosllm.core.journal import JournalEntry
 from chaosllm.errors import ChaosLLMError
-from chaosllm.journal import JournalEntry
 from chaosllm.model import (
     JSON,
     Ending,
@@ -87,7 +87,7 @@ from chaosllm.record.client import (
     UpstreamTimeout,
     default_ssl_context,
 )
-from chaosllm.record.redact import Redactor, kept_response_headers
+from chaosllm.store.redact import Redactor, kept_response_headers
 from chaosllm.wire.asgi import PlanAborted, Receive, Scope, Send, send_plan
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ every other file still loads. The digest is always computed from the request
 by its provider; the one written in the file is only kept for `doctor`.
 
 Files in the other formats chaosllm reads (hash-keyed fixtures, trace fixtures,
-VCR cassettes: `chaosllm.formats`) load from the same directories, each file
+VCR cassettes: `chaosllm.store.formats`) load from the same directories, each file
 into as many exchanges as it holds answers.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaosllm.errors import RecordingError, UnsafePath
+from chaosllm.errors import RecordingError
 from chaosllm.model import (
     JSON,
     Exchange,
@@ -29,6 +29,7 @@ from chaosllm.model import (
     RecordedRequest,
     RecordedResponse,
 )
+from chaosllm.paths import safe_child, shipped_dir
 from chaosllm.providers import PROVIDERS
 
 __all__ = [
@@ -45,32 +46,9 @@ FORMAT_VERSION = 1
 
 RECORDING_SUFFIXES = (".json", ".yaml", ".yml")
 """Files a recordings directory is searched for: native recordings and the other formats
-`chaosllm.formats` reads (hash-keyed fixtures, traces, VCR cassettes)."""
+`chaosllm.store.formats` reads (hash-keyed fixtures, traces, VCR cassettes)."""
 
 _SHA256 = frozenset("0123456789abcdef")
-
-
-def shipped_dir(kind: str) -> Path:
-    """The shipped `recordings` or `faults` directory: package data in a wheel, the
-    repository's top-level directory in a source checkout."""
-    installed = Path(__file__).parent / "_shipped" / kind
-    if installed.is_dir():
-        return installed
-    return Path(__file__).resolve().parent.parent / kind
-
-
-def safe_child(root: Path, name: str) -> Path:
-    """`root / name`, refusing names that are absolute or climb out of `root`."""
-    if not name or "\x00" in name:
-        raise UnsafePath(f"invalid name {name!r}")
-    candidate = Path(name)
-    if candidate.is_absolute() or ".." in candidate.parts or candidate.drive:
-        raise UnsafePath(f"{name!r} is not a plain relative name inside {root}")
-    resolved_root = root.resolve()
-    target = (resolved_root / candidate).resolve()
-    if target != resolved_root and resolved_root not in target.parents:
-        raise UnsafePath(f"{name!r} escapes {root}")
-    return target
 
 
 def _require(cond: bool, source: str, problem: str) -> None:
@@ -277,7 +255,7 @@ class RecordingStore:
 
     def _reload(self) -> None:
         # `formats` builds on this module (parse_exchange), so it is imported here.
-        from chaosllm.formats import read_file
+        from chaosllm.store.formats import read_file
 
         exchanges: list[Exchange] = []
         errors: list[RecordingError] = []

@@ -17,7 +17,7 @@ A miss raises `NoMatch` whose message names the digest and the nearest
 recordings with how they differ. Per-session state (cursors, used exchanges,
 active scenario) lives here; sessions are the ``X-Chaosllm-Session`` header.
 
-Other fixture formats (`chaosllm.formats`) plug in through `Exchange.keyed_by`:
+Other fixture formats (`chaosllm.store.formats`) plug in through `Exchange.keyed_by`:
 
 - hash-keyed fixtures are keyed by a digest of their own canonicalisation; when
   any are loaded and the request digest misses, exact matching computes the
@@ -32,57 +32,32 @@ Other fixture formats (`chaosllm.formats`) plug in through `Exchange.keyed_by`:
   is a miss that says so.
 
 The live workspace (`set_workspace`, ``POST /__workspace``) is turned back into
-``<WORKSPACE>`` in requests before they are keyed (`chaosllm.templating`). Every
+``<WORKSPACE>`` in requests before they are keyed (`chaosllm.store.templating`). Every
 exchange served since the last reset is remembered for `unused`.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chaosllm.diff import json_differences
+from chaosllm.config import DEFAULT_ORDER, Strategy
 from chaosllm.errors import NoMatch, UnknownScenario
-from chaosllm.formats import ALIAS_DIGESTS
 from chaosllm.model import JSON, Exchange, Keying
-from chaosllm.nearest import NearestIndex, similarity
-from chaosllm.normalize import normalize_text
 from chaosllm.providers import PROVIDERS, Provider
-from chaosllm.store import RecordingStore
-from chaosllm.templating import tokenize_workspace
+from chaosllm.store.diff import json_differences
+from chaosllm.store.formats import ALIAS_DIGESTS
+from chaosllm.store.nearest import NearestIndex, similarity
+from chaosllm.store.normalize import normalize_text
+from chaosllm.store.recordings import RecordingStore
+from chaosllm.store.templating import tokenize_workspace
 
 __all__ = ["DEFAULT_ORDER", "Match", "Matcher", "Strategy"]
 
 log = logging.getLogger("chaosllm")
-
-
-class Strategy(str, enum.Enum):
-    EXACT = "exact"
-    SEQUENCE = "sequence"
-    NEAREST = "nearest"
-
-    @classmethod
-    def parse_order(cls, text: str) -> tuple[Strategy, ...]:
-        names = [n.strip() for n in text.split(",") if n.strip()]
-        valid = ", ".join(s.value for s in cls)
-        if not names:
-            raise ValueError(f"empty match order; use a comma-separated list of: {valid}")
-        order = []
-        for name in names:
-            try:
-                order.append(cls(name))
-            except ValueError:
-                raise ValueError(f"unknown matcher {name!r}; valid matchers: {valid}") from None
-        if len(set(order)) != len(order):
-            raise ValueError(f"matcher listed twice in {text!r}")
-        return tuple(order)
-
-
-DEFAULT_ORDER = (Strategy.EXACT, Strategy.SEQUENCE, Strategy.NEAREST)
 
 
 @dataclass(frozen=True, slots=True)

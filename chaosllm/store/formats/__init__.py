@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from chaosllm.errors import RecordingError, UnknownFormat
-from chaosllm.formats import hashkeyed, trace, vcr
 from chaosllm.model import JSON, Exchange, Keying
-from chaosllm.store import RECORDING_SUFFIXES, parse_exchange, recording_files
+from chaosllm.store.formats import hashkeyed, trace, vcr
+from chaosllm.store.recordings import RECORDING_SUFFIXES, parse_exchange, recording_files
 
 __all__ = [
     "ALIAS_DIGESTS",

@@ -12,7 +12,7 @@ without ``POST /__scenario`` when the request's model is the trace's
 ``model_name`` or when only one trace is loaded).
 
 What a step says about the request it answers is kept in the exchange's meta
-and checked on replay (`chaosllm.oracle`): ``request_hint`` (soft: a warning
+and checked on replay (`chaosllm.core.oracle`): ``request_hint`` (soft: a warning
 finding in the journal) and ``expected_tool_results`` (compared with the tool
 messages of the request: a finding when one is missing or changed). What the
 trace says about the whole run -- ``memory_snapshot``, ``http_exchanges``,

@@ -33,7 +33,7 @@ class JournalEntry:
     error: str | None = None
     fault: dict[str, Any] | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
-    """What the oracles found about this request (`chaosllm.oracle`): request-validator
+    """What the oracles found about this request (`chaosllm.core.oracle`): request-validator
     defects, trace hint mismatches and changed tool results, schema mismatches."""
     report: PlanReport = field(default_factory=PlanReport)
 

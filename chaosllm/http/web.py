@@ -8,9 +8,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from chaosllm.core.state import ChaosState
 from chaosllm.errors import InvalidRequest
 from chaosllm.providers.openai_chat import error_body
-from chaosllm.state import ChaosState
 
 __all__ = ["BAD_JSON", "SESSION_HEADER", "chaos_state", "json_body", "openai_error"]
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaosllm.errors import RecordingError, UnsafePath
-from chaosllm.formats import IMPORTABLE, load_tree
-from chaosllm.record.redact import Redactor
-from chaosllm.record.writer import serialise
-from chaosllm.store import safe_child
+from chaosllm.store.formats import IMPORTABLE, load_tree
+from chaosllm.store.recordings import safe_child
+from chaosllm.store.redact import Redactor
+from chaosllm.store.writer import serialise
 
 __all__ = ["ImportResult", "import_recordings", "write_atomic"]
 

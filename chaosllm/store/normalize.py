@@ -55,7 +55,7 @@ costs ~10 µs per KB, plus ~1 µs per run with a digit or a slash.
 separates; `str.translate` + `str.split`, several times faster than
 ``re.findall(r"\\w+")``. `normalize_tokens` is ``tokenize(normalize_text(text))``.
 `tokenize_bytes` gives the same tokens UTF-8 encoded, faster still (bytes
-methods); `chaosllm.nearest` indexes with it.
+methods); `chaosllm.store.nearest` indexes with it.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def tokenize_bytes(text: str) -> list[bytes]:
     """`tokenize`, with each token UTF-8 encoded (lone surrogates pass through).
 
     The same tokens, ~30 % faster on ASCII text (bytes methods have no
-    character kinds to handle); what `chaosllm.nearest` indexes with.
+    character kinds to handle); what `chaosllm.store.nearest` indexes with.
     """
     folded = text.casefold()
     if not folded.isascii():

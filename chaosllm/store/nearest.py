@@ -11,7 +11,7 @@ candidates, which are then scored.
 
 Similarity
 ----------
-A text is split into word tokens (`chaosllm.normalize.tokenize_bytes`: case-folded,
+A text is split into word tokens (`chaosllm.store.normalize.tokenize_bytes`: case-folded,
 punctuation separates). Its *features* are the set of its word unigrams and
 word bigrams (adjacent pairs, i.e. 2-shingles). The similarity of two texts is
 the Jaccard index of their feature sets::
@@ -96,7 +96,7 @@ from collections.abc import Collection, Container, Iterable
 from itertools import compress, islice, pairwise
 from typing import TypeAlias
 
-from chaosllm.normalize import tokenize_bytes as _tokens
+from chaosllm.store.normalize import tokenize_bytes as _tokens
 
 __all__ = ["NearestIndex", "similarity"]
 
@@ -141,7 +141,7 @@ class NearestIndex:
 
     `add` a document per key (adding a key again replaces its document);
     `query` returns ``[(key, similarity), ...]``, best first. Texts should be
-    normalised already (`chaosllm.normalize.normalize_text`); the index only
+    normalised already (`chaosllm.store.normalize.normalize_text`); the index only
     tokenises them. It keeps a reference to each text.
     """
 

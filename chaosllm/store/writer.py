@@ -35,8 +35,8 @@ from pathlib import Path
 
 from chaosllm.errors import UnsafePath
 from chaosllm.model import Exchange
-from chaosllm.record.redact import Redactor, kept_response_headers
-from chaosllm.store import exchange_to_json, safe_child
+from chaosllm.store.recordings import exchange_to_json, safe_child
+from chaosllm.store.redact import Redactor, kept_response_headers
 
 __all__ = ["TEMP_PREFIX", "RecordingWriter", "serialise"]
 

@@ -2,14 +2,14 @@
 and how it adapts the answer to the live run.
 
 `precheck` runs on every chat request before it is matched: the request
-validator (`chaosllm.validator`). `review` runs once a recording is matched:
+validator (`chaosllm.providers.conversation`). `review` runs once a recording is matched:
 
 - the system-prompt check, for a recording whose request had one;
 - a trace step's ``request_hint`` (soft: a warning) and ``expected_tool_results``
   (compared with the tool messages of the request) (seeds/trace-fixtures.md);
-- workspace templating and id remapping of the answer (`chaosllm.templating`);
+- workspace templating and id remapping of the answer (`chaosllm.store.templating`);
 - the answer re-validated against the request's ``json_schema`` response format
-  (`chaosllm.structured`): a mismatch is refused with an error saying to re-record.
+  (`chaosllm.core.structured`): a mismatch is refused with an error saying to re-record.
 
 Findings go to the request's journal entry (``findings``, ``GET /__findings``).
 With ``--strict`` a request with any finding is refused with a 400 shaped like
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaosllm.matching import Match, Strategy
+from chaosllm.core.state import ChaosState
+from chaosllm.core.structured import answer_schema_problem
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers.base import ErrorKind, Provider
-from chaosllm.state import ChaosState
-from chaosllm.structured import answer_schema_problem
-from chaosllm.templating import adapt
-from chaosllm.validator import Finding, has_system_prompt, validate_conversation
+from chaosllm.providers.conversation import Finding, has_system_prompt, validate_conversation
+from chaosllm.store.matching import Match, Strategy
+from chaosllm.store.templating import adapt
 from chaosllm.wire import PlanResponse
 
 __all__ = ["precheck", "review", "trace_findings"]

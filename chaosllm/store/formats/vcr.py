@@ -123,7 +123,7 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     """The chat-completion exchanges of one cassette, in order."""
     # The recorder's redaction rules; imported here so that reading the fixture formats
     # (which the matcher does) does not load the recording proxy.
-    from chaosllm.record.redact import Redactor, kept_response_headers
+    from chaosllm.store.redact import Redactor, kept_response_headers
 
     _require(looks_like(data), source, 'a VCR cassette is an object with "interactions"')
     redactor = Redactor()

@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from chaosllm.config import Mode, OnMiss, ServerConfig
-from chaosllm.control import ControlGuard, control_routes
-from chaosllm.embeddings import embeddings_response
+from chaosllm.core.oracle import precheck, review
+from chaosllm.core.state import ChaosState
 from chaosllm.errors import InvalidRequest, NoMatch
 from chaosllm.faults import (
     FAULT_TYPES,
@@ -32,14 +32,14 @@ from chaosllm.faults import (
     RequestInfo,
     apply_fault,
 )
-from chaosllm.matching import Match
+from chaosllm.http.control import ControlGuard, control_routes
+from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
 from chaosllm.model import JSON, Exchange, RecordedRequest, RecordedResponse, ResponsePlan
-from chaosllm.oracle import precheck, review
 from chaosllm.providers import PROVIDERS, Provider
 from chaosllm.providers.base import ErrorKind
+from chaosllm.providers.embeddings import embeddings_response
 from chaosllm.record.proxy import ProxyCall
-from chaosllm.state import ChaosState
-from chaosllm.web import SESSION_HEADER, chaos_state, json_body, openai_error
+from chaosllm.store.matching import Match
 from chaosllm.wire import PlanResponse
 
 __all__ = ["create_app", "provider_call"]

@@ -8,14 +8,14 @@ import os
 from dataclasses import dataclass, field
 
 from chaosllm.config import Mode, ServerConfig
+from chaosllm.core.journal import Journal
 from chaosllm.faults import FaultBoard
-from chaosllm.journal import Journal
-from chaosllm.matching import Matcher
 from chaosllm.model import Exchange
 from chaosllm.record.proxy import Upstream
-from chaosllm.record.redact import Redactor
-from chaosllm.record.writer import RecordingWriter
-from chaosllm.store import RecordingStore
+from chaosllm.store.matching import Matcher
+from chaosllm.store.recordings import RecordingStore
+from chaosllm.store.redact import Redactor
+from chaosllm.store.writer import RecordingWriter
 
 __all__ = ["ChaosState"]
 

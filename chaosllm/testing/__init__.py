@@ -1,0 +1,1 @@
+"""The testing toolkit: the pytest plugin, hypothesis strategies, resilience checks, and probe."""

@@ -1,0 +1,230 @@
+"""The pytest plugin: a `chaosllm` fixture, registered by the ``pytest11`` entry point.
+
+    def test_retries_a_503(chaosllm):
+        client = openai.OpenAI(base_url=chaosllm.base_url, api_key="test")
+        chaosllm.arm("http_503")
+        client.chat.completions.create(...)
+        assert len(chaosllm.requests()) == 2
+
+By default each test gets its own server. With ``@pytest.mark.chaosllm(shared=True)``
+or ``--chaosllm-shared``, tests share one server for the whole run and each gets
+a fresh session id instead (faults it arms match only its session; its journal
+and sequences are its own), which is much faster. The marker also takes
+`recordings`, `seed`, `on_miss`, `timing`, `match` and `profile` (these need a
+server of their own, so they ignore `shared`); the options
+``--chaosllm-recordings DIR`` and ``--chaosllm-seed N`` set the defaults.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaosllm.server import ChaosServer
+
+__all__ = ["ChaosHandle", "chaosllm", "chaosllm_server"]
+
+SESSION_HEADER = "X-Chaosllm-Session"
+_SERVER_OPTIONS = ("recordings", "seed", "on_miss", "timing", "match", "profile")
+_counter = itertools.count(1)
+
+
+class ChaosHandle:
+    """What the `chaosllm` fixture gives a test: a server, seen through one session."""
+
+    def __init__(self, server: ChaosServer, session_prefix: str | None = None) -> None:
+        self.server = server
+        self._prefix = session_prefix
+        self.session: str | None = None
+        self._mine: list[str] = []
+        self._new_session()
+
+    def _new_session(self) -> None:
+        if self._prefix is not None:
+            self.session = f"{self._prefix}#{next(_counter)}"
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return self.server.base_url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers a client must send (the session header on a shared server)."""
+        return {SESSION_HEADER: self.session} if self.session else {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a client program: the official SDKs read these."""
+        return {
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": "sk-chaosllm-test",
+            "ANTHROPIC_BASE_URL": self.url,
+            "ANTHROPIC_API_KEY": "sk-ant-chaosllm-test",
+        }
+
+    def arm(
+        self,
+        spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        /,
+        **params: Any,
+    ) -> list[str]:
+        """Arm faults (as `ChaosServer.arm`); on a shared server they match only this
+        test's session."""
+        if isinstance(spec, str):
+            specs: list[dict[str, Any]] = [{"type": spec, **params}]
+        elif spec is None:
+            specs = [dict(params)]
+        elif isinstance(spec, Mapping):
+            specs = [dict(spec)]
+        else:
+            specs = [dict(s) for s in spec]
+        if self.session is not None:
+            for s in specs:
+                s["match"] = {**(s.get("match") or {}), "session": self.session}
+        ids = self.server.arm(specs) if specs else []
+        self._mine.extend(ids)
+        return ids
+
+    def disarm(self, fault_id: str | None = None) -> int:
+        if self.session is None:
+            return self.server.disarm(fault_id)
+        ids = [fault_id] if fault_id is not None else list(self._mine)
+        return sum(self.server.disarm(i) for i in ids)
+
+    def faults(self) -> dict[str, Any]:
+        faults = self.server.faults()
+        if self.session is None:
+            return faults
+        return {
+            "armed": [f for f in faults["armed"] if f["id"] in self._mine],
+            "fired": [f for f in faults["fired"] if f["session"] == self.session],
+        }
+
+    def requests(self, *, settle: float = 2.0) -> list[dict[str, Any]]:
+        """This test's journal (its session's, on a shared server)."""
+        return self.server.requests(self.session, settle=settle)
+
+    def use_scenario(self, scenario: str | None) -> None:
+        self.server.use_scenario(scenario, self.session)
+
+    def reset(self) -> None:
+        """Start afresh: faults disarmed, journal and sequences empty. On a shared server
+        this moves to a new session (other tests' state is untouched)."""
+        if self.session is None:
+            self.server.reset()
+        else:
+            self.disarm()
+            self._new_session()
+        self._mine.clear()
+
+    def openai(self, **kwargs: Any) -> Any:
+        """An `openai.OpenAI` client for this server and session."""
+        import openai
+
+        kwargs.setdefault("api_key", "sk-chaosllm-test")
+        kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
+        return openai.OpenAI(base_url=self.base_url, **kwargs)
+
+    def anthropic(self, **kwargs: Any) -> Any:
+        """An `anthropic.Anthropic` client for this server and session."""
+        import anthropic
+
+        kwargs.setdefault("api_key", "sk-ant-chaosllm-test")
+        kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
+        return anthropic.Anthropic(base_url=self.url, **kwargs)
+
+    def async_openai(self, **kwargs: Any) -> Any:
+        """An `openai.AsyncOpenAI` client for this server and session."""
+        import openai
+
+        kwargs.setdefault("api_key", "sk-chaosllm-test")
+        kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
+        return openai.AsyncOpenAI(base_url=self.base_url, **kwargs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaosllm", "chaosllm fault-injection server")
+    group.addoption(
+        "--chaosllm-recordings",
+        action="append",
+        metavar="DIR",
+        default=None,
+        help="recordings directory for the chaosllm fixture (repeatable; "
+        "default: the shipped recordings)",
+    )
+    group.addoption(
+        "--chaosllm-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the chaosllm fixture's fault draws (default 0)",
+    )
+    group.addoption(
+        "--chaosllm-shared",
+        action="store_true",
+        default=False,
+        help="share one chaosllm server across tests, a session id per test",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "chaosllm(shared=False, recordings=None, seed=None, on_miss=None, timing=None, "
+        "match=None, profile=None): configure the chaosllm fixture's server",
+    )
+
+
+def _defaults(config: pytest.Config) -> dict[str, Any]:
+    options: dict[str, Any] = {"seed": config.getoption("chaosllm_seed")}
+    recordings = config.getoption("chaosllm_recordings")
+    if recordings:
+        options["recordings"] = [Path(r) for r in recordings]
+    return options
+
+
+@pytest.fixture(scope="session")
+def chaosllm_server(pytestconfig: pytest.Config) -> Iterator[ChaosServer]:
+    """One chaosllm server for the whole test run (what shared tests use)."""
+    with ChaosServer(**_defaults(pytestconfig)) as server:
+        yield server
+
+
+@pytest.fixture
+def chaosllm(request: pytest.FixtureRequest) -> Iterator[ChaosHandle]:
+    """A chaosllm server for this test (or this test's session of a shared server)."""
+    marker = request.node.get_closest_marker("chaosllm")
+    options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    if marker is not None and marker.args:
+        raise pytest.UsageError(
+            "@pytest.mark.chaosllm takes keyword arguments only: "
+            "shared, " + ", ".join(_SERVER_OPTIONS)
+        )
+    unknown = set(options) - {"shared", *_SERVER_OPTIONS}
+    if unknown:
+        raise pytest.UsageError(
+            f"@pytest.mark.chaosllm has no option {sorted(unknown)[0]!r}; "
+            "valid: shared, " + ", ".join(_SERVER_OPTIONS)
+        )
+    shared = options.pop("shared", None)
+    if shared is None:
+        shared = request.config.getoption("chaosllm_shared")
+    if shared and not options:
+        server: ChaosServer = request.getfixturevalue("chaosllm_server")
+        handle = ChaosHandle(server, session_prefix=request.node.nodeid)
+        try:
+            yield handle
+        finally:
+            handle.disarm()
+        return
+    with ChaosServer(**{**_defaults(request.config), **options}) as own:
+        yield ChaosHandle(own)

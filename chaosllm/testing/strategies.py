@@ -1,0 +1,189 @@
+"""Hypothesis strategies for fault specs and fault schedules.
+
+    from hypothesis import given
+    from chaosllm.testing.strategies import fault_schedules
+
+    @given(schedule=fault_schedules(max_faults=2, types=["http_503", "dropped_connection"]))
+    def test_my_client_recovers(chaosllm, schedule): ...
+
+Every factory takes keyword-only arguments and validates them when it is
+called (`hypothesis.errors.InvalidArgument`), not when the first example is
+drawn. Examples are fault-spec dicts, ready for ``ChaosServer.arm`` or
+``POST /__fault``. They shrink toward shorter schedules, toward the types
+listed first, and toward smaller parameters; parameter ranges default to small
+values (tens of milliseconds) so that property tests stay fast.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from chaosllm.faults.spec import FAULT_TYPES
+
+__all__ = ["RECOVERABLE", "SIMPLEST_FIRST", "fault_schedules", "faults", "resilience_settings"]
+
+SIMPLEST_FIRST: tuple[str, ...] = (
+    "http_503",
+    "http_429",
+    "http_error",
+    "empty_reply",
+    "connection_reset",
+    "dropped_connection",
+    "truncated_stream",
+    "error_in_200",
+    "empty_response",
+    "malformed_tool_args",
+    "garbage",
+    "latency",
+    "slow_stream",
+    "stall",
+)
+"""Every fault type, the simplest to reason about first (what examples shrink toward)."""
+
+RECOVERABLE: tuple[str, ...] = SIMPLEST_FIRST
+"""Types a careful client can recover from by retrying (all of them: each fault is
+one-shot unless armed otherwise, so the next attempt gets the real answer)."""
+
+_RETRYABLE_STATUSES = (500, 502, 503, 504, 529)
+
+resilience_settings = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+"""Settings for property tests that talk to a server: fewer examples than the default
+(each one makes real requests), no per-example deadline (retries wait), and the
+`chaosllm` fixture allowed (call ``chaosllm.reset()`` at the top of the test)."""
+
+
+def _check_types(types: Sequence[str] | None) -> tuple[str, ...]:
+    if types is None:
+        return SIMPLEST_FIRST
+    if isinstance(types, str) or not isinstance(types, Sequence):
+        raise InvalidArgument(f"types must be a sequence of fault type names, got {types!r}")
+    if not types:
+        raise InvalidArgument("types must name at least one fault type")
+    unknown = [t for t in types if t not in FAULT_TYPES]
+    if unknown:
+        raise InvalidArgument(
+            f"unknown fault type {unknown[0]!r}; valid types: {', '.join(FAULT_TYPES)}"
+        )
+    if len(set(types)) != len(types):
+        raise InvalidArgument(f"types lists a type twice: {list(types)!r}")
+    return tuple(types)
+
+
+def _check_range(name: str, value: float, *, low: float = 0, integer: bool = False) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value != value or value < low:
+        kind = "an integer" if integer else "a number"
+        raise InvalidArgument(f"{name} must be {kind} >= {low}, got {value!r}")
+
+
+def _spec(type_: str, common: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    return {"type": type_, **params, **common}
+
+
+def faults(
+    *,
+    types: Sequence[str] | None = None,
+    max_after_chunks: int = 4,
+    max_retry_after: float = 0.05,
+    max_delay_ms: float = 30.0,
+    stall_ms: float = 2000.0,
+    statuses: Sequence[int] = _RETRYABLE_STATUSES,
+    remaining: int = 1,
+    session: str | None = None,
+) -> st.SearchStrategy[dict[str, Any]]:
+    """One fault spec of one of `types` (default: every type, simplest first).
+
+    - `max_after_chunks`: cuts happen after 0..N frames.
+    - `max_retry_after`: Retry-After values drawn from 0..N seconds (429, 503, http_error).
+    - `max_delay_ms`: latency and slow_stream delays.
+    - `stall_ms`: how long a stall lasts before the server closes (make the client's
+      timeout shorter to test that it gives up).
+    - `statuses`: the statuses `http_error` draws from (default: retryable 5xx).
+    - `remaining`, `session`: set on every spec (`session` becomes ``match.session``).
+    """
+    chosen = _check_types(types)
+    _check_range("max_after_chunks", max_after_chunks, integer=True)
+    _check_range("max_retry_after", max_retry_after)
+    _check_range("max_delay_ms", max_delay_ms)
+    _check_range("stall_ms", stall_ms)
+    _check_range("remaining", remaining, low=1, integer=True)
+    if (
+        isinstance(statuses, (str, bytes))
+        or not statuses
+        or not all(isinstance(s, int) and 400 <= s <= 599 for s in statuses)
+    ):
+        raise InvalidArgument(
+            f"statuses must be a non-empty sequence of HTTP error statuses "
+            f"(400-599), got {statuses!r}"
+        )
+    if session is not None and not isinstance(session, str):
+        raise InvalidArgument(f"session must be a string, got {session!r}")
+
+    chunks = st.integers(min_value=0, max_value=max_after_chunks)
+    # Never 0: clients (the openai SDK among them) ignore a zero Retry-After and fall
+    # back to their own, much longer, backoff.
+    retry_after = st.sampled_from(sorted({max_retry_after / 2, max_retry_after}))
+    delay = st.integers(min_value=0, max_value=int(max_delay_ms))
+    per_type: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+        "empty_response": st.just({}),
+        "truncated_stream": st.fixed_dictionaries({"after_chunks": chunks}),
+        "dropped_connection": st.fixed_dictionaries({"after_chunks": chunks}),
+        "error_in_200": st.fixed_dictionaries({"after_chunks": chunks}),
+        "http_503": st.fixed_dictionaries({"retry_after": retry_after}),
+        "malformed_tool_args": st.just({}),
+        "http_429": st.fixed_dictionaries({"retry_after": retry_after}),
+        "http_error": st.fixed_dictionaries({"status": st.sampled_from(list(statuses))}),
+        "connection_reset": st.fixed_dictionaries({"after_chunks": chunks}),
+        "empty_reply": st.just({}),
+        "latency": st.fixed_dictionaries({"delay_ms": delay}),
+        "slow_stream": st.fixed_dictionaries(
+            {"delay_ms": st.integers(0, max(1, int(max_delay_ms // 10)))}
+        ),
+        "stall": st.fixed_dictionaries({"after_chunks": chunks, "max_ms": st.just(stall_ms)}),
+        "garbage": st.fixed_dictionaries({"after_chunks": chunks}),
+    }
+    common: dict[str, Any] = {"remaining": remaining}
+    if session is not None:
+        common["match"] = {"session": session}
+
+    def build(type_: str) -> st.SearchStrategy[dict[str, Any]]:
+        return per_type[type_].map(functools.partial(_spec, type_, common))
+
+    # one_of shrinks toward its first branches: the simplest types.
+    return st.one_of([build(t) for t in chosen])
+
+
+def fault_schedules(
+    *,
+    min_faults: int = 0,
+    max_faults: int = 3,
+    types: Sequence[str] | None = None,
+    **fault_options: Any,
+) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """A list of fault specs armed in order: each fires on one request (FIFO), so a
+    schedule of k faults breaks the next k requests. Shrinks toward fewer, simpler
+    faults. `fault_options` are passed to `faults`."""
+    _check_range("min_faults", min_faults, integer=True)
+    _check_range("max_faults", max_faults, integer=True)
+    if min_faults > max_faults:
+        raise InvalidArgument(f"min_faults={min_faults} is more than max_faults={max_faults}")
+    unknown = set(fault_options) - {
+        "max_after_chunks",
+        "max_retry_after",
+        "max_delay_ms",
+        "stall_ms",
+        "statuses",
+        "remaining",
+        "session",
+    }
+    if unknown:
+        raise InvalidArgument(f"unknown option {sorted(unknown)[0]!r} for fault_schedules")
+    return st.lists(faults(types=types, **fault_options), min_size=min_faults, max_size=max_faults)
