@@ -114,7 +114,7 @@ def app_costs(
     import bare_app
 
     from chaosllm.config import ServerConfig
-    from chaosllm.core.state import ChaosState
+    from chaosllm.http.state import ChaosState
     from chaosllm.faults import parse_fault_specs
     from chaosllm.http.app import create_app
 

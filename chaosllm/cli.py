@@ -22,11 +22,11 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
-from chaosllm.core.state import ChaosState
 from chaosllm.doctor import diagnose
 from chaosllm.errors import ChaosLLMError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.profiles import list_profiles, load_profile
+from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
 from chaosllm.store.formats import IMPORTABLE
 from chaosllm.store.formats.importer import import_recordings

@@ -33,7 +33,7 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
-from chaosllm.core.state import ChaosState
+from chaosllm.http.state import ChaosState
 from chaosllm.errors import ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.faults.profiles import load_profile
@@ -432,9 +432,9 @@ class ChaosServer:
     def findings(self, session: str | None = None, *, settle: float = 2.0) -> list[dict[str, Any]]:
         """What the oracles found about the requests (see `GET /__findings`)."""
         return [
-            {"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
+            {"seq": e.seq, "session": e.session, "recording": e.record.recording, **finding}
             for e in self.state.journal.entries(session, settle=settle)
-            for finding in e.findings
+            for finding in e.record.findings
         ]
 
     def unused(self) -> list[str]:

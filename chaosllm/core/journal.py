@@ -1,21 +1,32 @@
-"""The journal: one entry per provider request, for tests and people to inspect."""
+"""The journal: one entry per provider request, for tests and people to inspect.
+
+An entry pairs what the engine decided about a request (a `JournalRecord`: frozen, and
+replaced whole by `Journal.amend` when a proxied answer says more) with what the wire
+did with the answer (a `PlanReport`, filled in as the plan executes). Only the engine
+writes records; the JSON shape (`JournalEntry.to_json`) is the one the README documents.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.model import PlanReport
 
-__all__ = ["Journal", "JournalEntry"]
+__all__ = ["Journal", "JournalEntry", "JournalRecord"]
 
 
-@dataclass
-class JournalEntry:
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """What the server decided about one provider request."""
+
     seq: int
     time: float
     monotonic: float
@@ -26,19 +37,18 @@ class JournalEntry:
     stream: bool
     digest: str | None
     status: int
+    """The status of the answer's head; 0 while a proxied answer is awaited."""
     recording: str | None = None
     match: str | None = None
     score: float | None = None
     miss: bool = False
     error: str | None = None
-    fault: dict[str, Any] | None = None
-    findings: list[dict[str, Any]] = field(default_factory=list)
+    fault: Mapping[str, Any] | None = None
+    findings: tuple[Mapping[str, Any], ...] = ()
     """What the oracles found about this request (`chaosllm.core.oracle`): request-validator
     defects, trace hint mismatches and changed tool results, schema mismatches."""
-    report: PlanReport = field(default_factory=PlanReport)
 
     def to_json(self) -> dict[str, Any]:
-        outcome = self.report.outcome
         return {
             "seq": self.seq,
             "time": self.time,
@@ -55,39 +65,93 @@ class JournalEntry:
             "score": self.score,
             "miss": self.miss,
             "error": self.error,
-            "fault": self.fault,
-            "findings": self.findings,
-            "frames_sent": self.report.frames_sent,
-            "bytes_sent": self.report.bytes_sent,
-            "outcome": outcome.value if outcome is not None else "pending",
-            "degraded": self.report.degraded,
+            "fault": dict(self.fault) if self.fault is not None else None,
+            "findings": [dict(f) for f in self.findings],
         }
+
+
+class JournalEntry:
+    """A record and the live report of its answer."""
+
+    __slots__ = ("record", "report")
+
+    def __init__(self, record: JournalRecord, report: PlanReport | None = None) -> None:
+        self.record = record
+        self.report = report if report is not None else PlanReport()
+
+    @property
+    def seq(self) -> int:
+        return self.record.seq
+
+    @property
+    def session(self) -> str | None:
+        return self.record.session
+
+    @property
+    def status(self) -> int:
+        return self.record.status
+
+    @property
+    def error(self) -> str | None:
+        return self.record.error
+
+    @property
+    def fault(self) -> Mapping[str, Any] | None:
+        return self.record.fault
+
+    def to_json(self) -> dict[str, Any]:
+        report = self.report
+        outcome = report.outcome
+        return {
+            **self.record.to_json(),
+            "frames_sent": report.frames_sent,
+            "bytes_sent": report.bytes_sent,
+            "outcome": outcome.value if outcome is not None else "pending",
+            "degraded": report.degraded,
+        }
+
+    def __repr__(self) -> str:
+        return f"JournalEntry({self.record!r}, {self.report!r})"
 
 
 class Journal:
     """A bounded, thread-safe list of entries with increasing sequence numbers."""
 
-    def __init__(self, maxlen: int = 10_000) -> None:
+    def __init__(self, maxlen: int = 10_000, *, clock: Clock | None = None) -> None:
         # Bounded: a long-running server keeps the newest entries. Every entry is a few
         # objects the garbage collector walks; at 100k entries full collections paused
         # the server for up to half a second (benchmarks/).
         self._entries: deque[JournalEntry] = deque(maxlen=maxlen)
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
 
     def add(self, **fields: Any) -> JournalEntry:
+        """A new entry with the next sequence number, stamped with the clock's time."""
+        findings = fields.pop("findings", ())
+        clock = self.clock
         with self._lock:
-            entry = JournalEntry(
-                seq=next(self._counter), time=time.time(), monotonic=time.monotonic(), **fields
+            record = JournalRecord(
+                seq=next(self._counter),
+                time=clock.wall(),
+                monotonic=clock.monotonic(),
+                findings=tuple(findings),
+                **fields,
             )
+            entry = JournalEntry(record)
             self._entries.append(entry)
             return entry
+
+    def amend(self, entry: JournalEntry, **changes: Any) -> None:
+        """Replace the entry's record by one with `changes` (a proxied answer arrived)."""
+        with self._lock:
+            entry.record = dataclasses.replace(entry.record, **changes)
 
     def entries(self, session: str | None = None, *, settle: float = 0.0) -> list[JournalEntry]:
         """The entries (of one session); with `settle`, first wait up to that many seconds
         for requests still being answered to finish."""
         with self._lock:
-            found = [e for e in self._entries if session is None or e.session == session]
+            found = [e for e in self._entries if session is None or e.record.session == session]
         if settle > 0:
             deadline = time.monotonic() + settle
             for entry in found:
@@ -103,6 +167,6 @@ class Journal:
                 self._entries.clear()
                 self._counter = itertools.count(1)
             else:
-                kept = [e for e in self._entries if e.session != session]
+                kept = [e for e in self._entries if e.record.session != session]
                 self._entries = deque(kept, maxlen=self._entries.maxlen)
             return before - len(self._entries)

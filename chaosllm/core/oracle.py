@@ -18,39 +18,60 @@ the provider's own (its message and ``param``), before it consumes anything.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from chaosllm.core.state import ChaosState
 from chaosllm.core.structured import answer_schema_problem
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers.base import ErrorKind, Provider
 from chaosllm.providers.conversation import Finding, has_system_prompt, validate_conversation
 from chaosllm.store.matching import Match, Strategy
 from chaosllm.store.templating import adapt
-from chaosllm.wire import PlanResponse
 
-__all__ = ["precheck", "review", "trace_findings"]
+__all__ = ["Refusal", "Review", "precheck", "review", "strict_refusal", "trace_findings"]
 
 
-def precheck(
-    state: ChaosState, provider: Provider, body: JSON, journal: dict[str, Any]
-) -> PlanResponse | None:
-    """Validate the conversation; findings into `journal`. The refusal to send, when
-    ``--strict`` and anything was found."""
-    findings = [f.to_json() for f in validate_conversation(body)]
-    journal["findings"] = findings
-    if findings and state.config.strict:
-        return _refuse_strict(state, provider, journal)
-    return None
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An answer chaosllm gives instead of the recording: an error in the provider's shape."""
+
+    status: int
+    message: str
+    kind: str
+    error: str
+    """What the journal says about it."""
+    code: str | None = None
+    param: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class Review:
+    exchange: Exchange
+    """The exchange to serve (adapted to the live run)."""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    refusal: Refusal | None = None
+
+
+def precheck(provider: Provider, body: JSON) -> list[dict[str, Any]]:
+    """The request validator's findings about the conversation."""
+    return [f.to_json() for f in validate_conversation(body)]
 
 
 def review(
-    state: ChaosState, provider: Provider, body: JSON, match: Match, journal: dict[str, Any]
-) -> tuple[Exchange, PlanResponse | None]:
+    provider: Provider,
+    body: JSON,
+    match: Match,
+    *,
+    workspace: str | None,
+    strict: bool,
+    findings: list[dict[str, Any]],
+) -> Review:
     """Check the request against what the matched recording expects and adapt its answer:
-    the exchange to serve, and the refusal to send instead, if any."""
+    the exchange to serve, the findings so far plus the new ones, and the refusal to send
+    instead, if any."""
     exchange = match.exchange
-    findings: list[dict[str, Any]] = journal.setdefault("findings", [])
+    found = Review(exchange, findings)
     new: list[Finding] = []
     if (
         exchange.keyed_by == Keying.REQUEST
@@ -66,13 +87,13 @@ def review(
         new.extend(trace_findings(exchange.meta, body))
     findings.extend(f.to_json() for f in new)
 
-    workspace = state.matcher.workspace
     remap = match.strategy is not Strategy.EXACT and exchange.keyed_by == Keying.REQUEST
     if workspace is not None or remap:
         live = match.request if match.request is not None else body
         exchange, _ = adapt(
             exchange, live, workspace=workspace, remap=remap, assemble=provider.assemble
         )
+        found.exchange = exchange
 
     if exchange.response.status < 400:
         problem = answer_schema_problem(body, exchange.response.body)
@@ -86,31 +107,33 @@ def review(
             findings.append(
                 Finding("schema_mismatch", message, oracle="structured-output").to_json()
             )
-            plan = provider.render_error(
-                422, message, kind=ErrorKind.NO_MATCH, code="recording_schema_mismatch"
+            found.refusal = Refusal(
+                422,
+                message,
+                ErrorKind.NO_MATCH,
+                error="schema mismatch",
+                code="recording_schema_mismatch",
+                headers=(("x-chaosllm-recording", exchange.name),),
             )
-            entry = state.journal.add(**journal, status=422, error="schema mismatch")
-            return exchange, PlanResponse(
-                plan.with_(headers=plan.headers + (("x-chaosllm-recording", exchange.name),)),
-                entry.report,
-            )
-    if new and state.config.strict:
-        return exchange, _refuse_strict(state, provider, journal)
-    return exchange, None
+            return found
+    if new and strict:
+        found.refusal = strict_refusal(findings)
+    return found
 
 
-def _refuse_strict(state: ChaosState, provider: Provider, journal: dict[str, Any]) -> PlanResponse:
-    findings = journal["findings"]
+def strict_refusal(findings: list[dict[str, Any]]) -> Refusal:
+    """`--strict`: the request is refused with its first finding."""
     first = findings[0]
     message = first["message"]
     if len(findings) > 1:
         message += f" (chaosllm --strict: {len(findings)} findings; GET /__findings lists them)"
-    plan = provider.render_error(
-        400, message, kind=ErrorKind.INVALID_REQUEST, param=first.get("param")
-    )
-    entry = state.journal.add(**journal, status=400, error=f"refused by --strict: {first['check']}")
-    return PlanResponse(
-        plan.with_(headers=plan.headers + (("x-chaosllm-match", "refused"),)), entry.report
+    return Refusal(
+        400,
+        message,
+        ErrorKind.INVALID_REQUEST,
+        error=f"refused by --strict: {first['check']}",
+        param=first.get("param"),
+        headers=(("x-chaosllm-match", "refused"),),
     )
 
 

@@ -222,9 +222,9 @@ async def journal(request: Request) -> Response:
     unused = [e.name for e in state.matcher.unused()]
     summary = {
         "requests": len(entries),
-        "misses": sum(1 for e in entries if e.miss),
+        "misses": sum(1 for e in entries if e.record.miss),
         "faults": sum(1 for e in entries if e.fault is not None),
-        "findings": sum(len(e.findings) for e in entries),
+        "findings": sum(len(e.record.findings) for e in entries),
         "unused": unused,
         "text": f"{len(entries)} requests; {len(unused)} of {len(state.store.exchanges)} "
         f"recordings never served since the last reset"
@@ -237,9 +237,9 @@ async def findings(request: Request) -> Response:
     """Every oracle finding in the journal (``?session=`` filters), with its request."""
     state = chaos_state(request)
     found = [
-        {"seq": e.seq, "session": e.session, "recording": e.recording, **finding}
+        {"seq": e.seq, "session": e.session, "recording": e.record.recording, **finding}
         for e in state.journal.entries(request.query_params.get("session"))
-        for finding in e.findings
+        for finding in e.record.findings
     ]
     return JSONResponse({"findings": found})
 

@@ -8,8 +8,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chaosllm.core.state import ChaosState
 from chaosllm.errors import InvalidRequest
+from chaosllm.http.state import ChaosState
 from chaosllm.providers.openai_chat import error_body
 
 __all__ = ["BAD_JSON", "SESSION_HEADER", "chaos_state", "json_body", "openai_error"]

@@ -129,6 +129,12 @@ DEFAULT_TIMEOUTS = Timeouts(connect=10.0, read=600.0, write=60.0)
 FaultHook = Callable[[ResponsePlan, JSON], ResponsePlan]
 """Applies the fault that fires (if any) to the plan of an upstream answer."""
 Recorder = Callable[[Exchange], Exchange]
+
+
+class Amend(Protocol):
+    def __call__(self, **changes: Any) -> None: ...
+
+
 """Writes an exchange and adds it to the live store; the exchange as stored."""
 
 
@@ -518,6 +524,8 @@ class ProxyCall:
     body: JSON
     """The request body as recorded (redacted); None when it is not a JSON object."""
     entry: JournalEntry
+    amend: Amend
+    """Writes what the answer says (status, error) into `entry` (`Engine.amend`)."""
     redactor: Redactor
     fault_hook: FaultHook | None = None
     """Set when an armed fault may fire on this request."""
@@ -552,8 +560,10 @@ class ProxyCall:
             raise call.error
         report = self.entry.report
         if call.gone:
-            self.entry.error = (
-                self.entry.error or "the client went away: the upstream request was cancelled"
+            self.amend(
+                error=(
+                    self.entry.error or "the client went away: the upstream request was cancelled"
+                )
             )
             # Nothing more can reach the client; end the ASGI response for the server's sake.
             with contextlib.suppress(OSError, RuntimeError):
@@ -581,7 +591,7 @@ class ProxyCall:
             call.plan = self._failure_plan(exc)
             return
         try:
-            self.entry.status = response.status
+            self.amend(status=response.status)
             if self.fault_hook is not None:
                 call.plan = await self._buffered(response)
             else:
@@ -610,10 +620,12 @@ class ProxyCall:
             # It accepted the request, then closed or reset the connection without an
             # answer: the client sees the same (an empty reply, or a reset).
             reset = isinstance(exc, ResetBeforeAnswer)
-            entry.status = 0
-            entry.error = (
-                f"the upstream {where} {'reset' if reset else 'closed'} the "
-                f"connection without answering ({reason}); nothing recorded"
+            self.amend(
+                status=0,
+                error=(
+                    f"the upstream {where} {'reset' if reset else 'closed'} the "
+                    f"connection without answering ({reason}); nothing recorded"
+                ),
             )
             log.warning("%s", entry.error)
             return ResponsePlan(
@@ -624,8 +636,7 @@ class ProxyCall:
                 ending=Ending.RESET if reset else Ending.CLOSE,
             )
         log.warning("%s", message)
-        entry.status = status
-        entry.error = message
+        self.amend(status=status, error=message)
         plan = self.provider.render_error(status, message, kind=ErrorKind.SERVER_ERROR, code=code)
         return plan.with_(headers=plan.headers + self.extra_headers)
 
@@ -709,10 +720,12 @@ class ProxyCall:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     report.bytes_sent += len(chunk)
         except DroppedMidAnswer as exc:
-            entry.error = (
-                f"the upstream {self.upstream.display} dropped the connection "
-                f"mid-answer ({_reason(exc)}); the client's connection was dropped "
-                f"the same way; nothing recorded"
+            self.amend(
+                error=(
+                    f"the upstream {self.upstream.display} dropped the connection "
+                    f"mid-answer ({_reason(exc)}); the client's connection was dropped "
+                    f"the same way; nothing recorded"
+                )
             )
             log.warning("%s", entry.error)
             if held:
@@ -741,7 +754,7 @@ class ProxyCall:
         try:
             data = _decode(b"".join(parts or ()), encoding)
         except (NotRecordable, zlib.error) as exc:
-            self.entry.error = f"not recorded: {exc}"
+            self.amend(error=f"not recorded: {exc}")
             log.warning("%s %s: %s", self.method, self.path, self.entry.error)
             return
         await self._record(response, _split_all(data) if _is_sse(response) else None, data)
@@ -765,10 +778,12 @@ class ProxyCall:
                 else:
                     parts.append(chunk)
         except DroppedMidAnswer as exc:
-            self.entry.error = (
-                f"the upstream {self.upstream.display} dropped the connection "
-                f"mid-answer ({_reason(exc)}); nothing recorded, no fault "
-                f"applied"
+            self.amend(
+                error=(
+                    f"the upstream {self.upstream.display} dropped the connection "
+                    f"mid-answer ({_reason(exc)}); nothing recorded, no fault "
+                    f"applied"
+                )
             )
             log.warning("%s", self.entry.error)
             if splitter is not None:
@@ -816,8 +831,10 @@ class ProxyCall:
         faulted = self.fault_hook(plan, answer)
         if self.recorder is not None:
             if content is None and frames is None:
-                self.entry.error = (
-                    f"not recorded: the upstream answered with Content-Encoding {encoding!r}"
+                self.amend(
+                    error=(
+                        f"not recorded: the upstream answered with Content-Encoding {encoding!r}"
+                    )
                 )
             else:
                 await self._record(response, frames, content)
@@ -842,7 +859,7 @@ class ProxyCall:
                 redactor=self.redactor,
             )
         except NotRecordable as exc:
-            entry.error = f"not recorded: {exc}"
+            self.amend(error=f"not recorded: {exc}")
             log.warning("%s %s: %s", self.method, self.path, entry.error)
             return
         try:
@@ -850,7 +867,7 @@ class ProxyCall:
             with anyio.CancelScope(shield=True):
                 stored = await anyio.to_thread.run_sync(self.recorder, exchange)
         except (OSError, ChaosLLMError) as exc:
-            entry.error = f"the recording could not be written: {exc}"
+            self.amend(error=f"the recording could not be written: {exc}")
             log.error(
                 "%s %s: %s (the answer was still proxied to the client)",
                 self.method,
@@ -858,7 +875,7 @@ class ProxyCall:
                 entry.error,
             )
             return
-        entry.recording = stored.name
+        self.amend(recording=stored.name)
 
 
 def _reason(exc: Exception) -> str:

@@ -1,18 +1,16 @@
-"""Everything a running server knows, shared by the app, the control plane and
+"""A running server: the engine (`chaosllm.core`) and the I/O it cannot do itself (the
+upstream connection, the recording writer), shared by the app, the control plane and
 `ChaosServer`."""
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 
 from chaosllm.config import Mode, ServerConfig
-from chaosllm.core.journal import Journal
-from chaosllm.faults import FaultBoard
+from chaosllm.core.engine import Engine
 from chaosllm.model import Exchange
 from chaosllm.record.proxy import Upstream
-from chaosllm.store.matching import Matcher
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
 from chaosllm.store.writer import RecordingWriter
@@ -22,14 +20,10 @@ __all__ = ["ChaosState"]
 log = logging.getLogger("chaosllm")
 
 
-@dataclass
-class ChaosState:
-    config: ServerConfig
-    store: RecordingStore
-    matcher: Matcher
-    journal: Journal
-    board: FaultBoard
-    redactor: Redactor = field(default_factory=Redactor)
+class ChaosState(Engine):
+    """The engine plus the upstream (modes other than replay) and the writer of new
+    recordings (record, record-missing)."""
+
     upstream: Upstream | None = None
     """The real provider, in modes other than replay."""
     writer: RecordingWriter | None = None
@@ -53,42 +47,20 @@ class ChaosState:
         store = RecordingStore.load(config.recordings)
         for error in store.errors:
             log.warning("skipped recording %s", error)
-        matcher = Matcher(
-            store, order=config.match_order, nearest_threshold=config.nearest_threshold
-        )
-        return cls(
-            config=config,
-            store=store,
-            matcher=matcher,
-            journal=Journal(config.journal_size),
-            board=FaultBoard(seed=config.seed),
-            redactor=redactor,
-            upstream=upstream,
-            writer=writer,
-        )
+        state = cls(config, store, redactor=redactor)
+        state.upstream = upstream
+        state.writer = writer
+        return state
 
     def record(self, exchange: Exchange, session: str | None) -> Exchange:
         """Write a new recording (to the session's active scenario, else the configured
         one) and serve it from now on; the exchange as stored. Blocking: call it from a
         worker thread. OSError when the disk refuses."""
         assert self.writer is not None
-        scenario = self.matcher.active_scenario(session) or self.config.record_scenario
-        stored = self.writer.write(exchange, scenario)
-        self.matcher.add(stored)
+        stored = self.writer.write(exchange, self.recording_scenario(session))
+        self.learn(stored)
         log.info("recorded %s (%s)", stored.name, stored.source)
         return stored
-
-    def reload(self) -> None:
-        self.store.reload()
-        for error in self.store.errors:
-            log.warning("skipped recording %s", error)
-        self.matcher.reloaded()
-
-    def reset(self) -> None:
-        """Disarm every fault, clear the journal and fault history, rewind sequences."""
-        self.board.reset()
-        self.journal.clear()
-        self.matcher.reset()
 
 
 def _prepare_record_dir(config: ServerConfig) -> None:

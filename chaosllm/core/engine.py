@@ -1,0 +1,429 @@
+"""The engine: a provider call and the server's state in, a decision out, no I/O.
+
+Theory of operation. `Engine.handle` is the whole request -> answer pipeline that
+SPEC §8 calls the sans-IO core. For one `ProviderCall` (provider, path, session, raw
+body, headers) it
+
+1. parses and validates the body (a bad one is refused in the provider's 400 envelope),
+2. redacts it and computes its digest over the redacted request, as the recorder keys it,
+3. runs the request validator (`oracle.precheck`),
+4. matches a recording (exact, sequence, nearest), or decides what a miss gets (the
+   provider's 404 naming the nearest recordings, the canned fallback answer, or the
+   upstream in record-missing mode),
+5. reviews the match (`oracle.review`: trace checks, templating, structured outputs),
+6. renders the exchange through its provider and lets the first armed fault that fires
+   transform the plan (`chaosllm.faults`), consuming the recording only when the client
+   still gets the answer,
+
+and returns a `Reply` (the plan to execute, with its journal entry) or, in the proxy
+modes, a `Proxy` (ask the upstream; `fault_upstream` later transforms its answer). The
+engine changes only its own in-memory state (journal, fault board, matcher cursors);
+the HTTP app and the record proxy are thin adapters that read bodies and write
+sockets. The journal is written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosllm.config import Mode, OnMiss, ServerConfig
+from chaosllm.core.clock import Clock, SystemClock
+from chaosllm.core.journal import Journal, JournalEntry
+from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
+from chaosllm.errors import InvalidRequest, NoMatch
+from chaosllm.faults import FAULT_TYPES, FaultBoard, FaultContext, Fired, RequestInfo, apply_fault
+from chaosllm.model import JSON, Exchange, RecordedRequest, RecordedResponse, ResponsePlan
+from chaosllm.providers.base import ErrorKind, Provider
+from chaosllm.store.matching import Match, Matcher
+from chaosllm.store.recordings import RecordingStore
+from chaosllm.store.redact import Redactor
+
+__all__ = ["BAD_JSON", "Decision", "Engine", "ProviderCall", "Proxy", "Reply"]
+
+log = logging.getLogger("chaosllm")
+
+BAD_JSON = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you "
+    "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+    "but what was sent was not valid JSON.)"
+)
+
+Headers = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCall:
+    """One provider request, as the adapter read it off the wire."""
+
+    provider: Provider
+    path: str
+    body: bytes
+    session: str | None = None
+    method: str = "POST"
+    headers: Headers = ()
+    """Request headers, names in lower case."""
+    query: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer with `plan`."""
+
+    plan: ResponsePlan
+    entry: JournalEntry
+    recording: str | None = None
+    """The recording served (None: an error, a miss or the fallback answer)."""
+    consumed: bool = False
+    """Whether serving it advanced the session's place in its recordings."""
+    fired: Fired | None = None
+    """The fault that transformed the plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """Ask the upstream, pass its answer through (record it when `record`), and hand it
+    to `Engine.fault_upstream` first when `faultable`."""
+
+    call: ProviderCall
+    body: JSON
+    """The request as recorded (redacted); None when it is not a JSON object that can be
+    keyed (it is forwarded as it is, and neither recorded nor faulted)."""
+    digest: str | None
+    entry: JournalEntry
+    record: bool
+    faultable: bool
+    headers: Headers = ()
+    """Headers chaosllm adds to the answer."""
+
+
+Decision = Reply | Proxy
+
+
+@dataclass(slots=True)
+class _Request:
+    """What the engine has learnt about a call so far; becomes its journal record."""
+
+    call: ProviderCall
+    body: JSON
+    digest: str
+    stream: bool
+    model: Any
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def info(self) -> RequestInfo:
+        model = self.model if isinstance(self.model, str) else None
+        return RequestInfo(
+            path=self.call.path, model=model, session=self.call.session, stream=self.stream
+        )
+
+    def journal_fields(self) -> dict[str, Any]:
+        call = self.call
+        return {
+            "session": call.session,
+            "method": call.method,
+            "path": call.path,
+            "model": self.model,
+            "stream": self.stream,
+            "digest": self.digest,
+            **self.fields,
+        }
+
+
+def _rendered(provider: Provider, body: JSON, answer: JSON, path: str, digest: str) -> Exchange:
+    return Exchange(
+        provider=provider.name,
+        request=RecordedRequest(method="POST", path=path, body=body),
+        response=RecordedResponse(status=200, body=answer),
+        digest=digest,
+        name="(rendered)",
+        scenario="(rendered)",
+    )
+
+
+class Engine:
+    """The store, matcher, fault board, journal and configuration of a server, and the
+    one call that decides what a provider request gets (`handle`)."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: RecordingStore,
+        *,
+        clock: Clock | None = None,
+        board: FaultBoard | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.matcher = Matcher(
+            store, order=config.match_order, nearest_threshold=config.nearest_threshold
+        )
+        self.journal = Journal(config.journal_size, clock=self.clock)
+        self.board = board if board is not None else FaultBoard(seed=config.seed)
+        self.redactor = redactor if redactor is not None else Redactor(config.secrets)
+
+    # -- the decision -----------------------------------------------------------------
+
+    def handle(self, call: ProviderCall) -> Decision:
+        """What `call` gets, as the mode says: a replayed recording (replay), that or the
+        upstream's answer, recorded, when there is none (record-missing), always the
+        upstream's answer, recorded (record) or not (passthrough). Armed faults apply in
+        every mode."""
+        mode = self.config.mode
+        if mode is Mode.RECORD or mode is Mode.PASSTHROUGH:
+            return self._proxy_unparsed(call, record=mode is Mode.RECORD)
+        provider = call.provider
+        try:
+            body = _parse(call.body)
+            provider.validate(body)
+        except InvalidRequest as exc:
+            plan = provider.render_error(
+                400, exc.message, kind=ErrorKind.INVALID_REQUEST, code=exc.code, param=exc.param
+            )
+            entry = self.journal.add(
+                session=call.session,
+                method=call.method,
+                path=call.path,
+                model=None,
+                stream=False,
+                digest=None,
+                status=400,
+                error=exc.message,
+            )
+            return Reply(plan, entry)
+
+        # Keys are computed over the redacted request, as the recorder stores it.
+        body = self.redactor.request_body(body, call.body)
+        request = _Request(
+            call, body, provider.digest(body), provider.wants_stream(body), body.get("model")
+        )
+        findings = precheck(provider, body)
+        request.fields["findings"] = findings
+        if findings and self.config.strict:
+            return self._refuse(request, strict_refusal(findings))
+        try:
+            match = self.matcher.match(provider, body, request.digest, call.session, consume=False)
+        except NoMatch as exc:
+            return self._miss(request, exc)
+        exchange = match.exchange
+        request.fields.update(
+            recording=exchange.name, match=match.strategy.value, score=round(match.score, 4)
+        )
+        checked = review(
+            provider,
+            body,
+            match,
+            workspace=self.matcher.workspace,
+            strict=self.config.strict,
+            findings=findings,
+        )
+        if checked.refusal is not None:
+            return self._refuse(request, checked.refusal)
+        extra = (
+            ("x-chaosllm-recording", exchange.name),
+            ("x-chaosllm-match", match.strategy.value),
+        )
+        return self._serve(request, checked.exchange, extra, match)
+
+    def _serve(
+        self, request: _Request, exchange: Exchange, extra: Headers, match: Match | None
+    ) -> Reply:
+        provider = request.call.provider
+        plan = provider.render(exchange, request.body, timing=self.config.timing)
+        fired = None
+        if len(self.board):
+            plan, fired = self._take_fault(request, plan, exchange.response.body)
+        consumed = match is not None and (fired is None or FAULT_TYPES[fired.type].delivers_answer)
+        if consumed:
+            assert match is not None
+            self.matcher.consume(match, request.call.session)
+        entry = self.journal.add(**request.journal_fields(), status=plan.status)
+        if fired is not None:
+            fired.request_seq = entry.seq
+        plan = plan.with_(headers=plan.headers + extra + (("x-chaosllm-digest", request.digest),))
+        return Reply(
+            plan,
+            entry,
+            recording=exchange.name if match is not None else None,
+            consumed=consumed,
+            fired=fired,
+        )
+
+    def _miss(self, request: _Request, exc: NoMatch) -> Decision:
+        call, provider = request.call, request.call.provider
+        if self.config.mode is Mode.RECORD_MISSING:
+            return self._proxy(call, request.body, record=True, miss=True)
+        if self.config.on_miss is not OnMiss.FALLBACK:
+            log.warning("miss: %s", exc.explanation)
+            plan = provider.render_error(
+                404, exc.explanation, kind=ErrorKind.NO_MATCH, code="no_recording"
+            )
+            entry = self.journal.add(
+                **request.journal_fields(), status=404, miss=True, error="no recording"
+            )
+            headers = (("x-chaosllm-match", "miss"), ("x-chaosllm-digest", request.digest))
+            return Reply(plan.with_(headers=plan.headers + headers), entry)
+        log.warning(
+            "[chaosllm] unknown request digest %s (model %r): serving the fallback answer",
+            request.digest,
+            request.model,
+        )
+        answer = provider.fallback(request.body, request.digest)
+        exchange = _rendered(provider, request.body, answer, call.path, request.digest)
+        request.fields.update(miss=True, match="fallback")
+        return self._serve(request, exchange, (("x-chaosllm-match", "fallback"),), None)
+
+    def _refuse(self, request: _Request, refusal: Refusal) -> Reply:
+        plan = request.call.provider.render_error(
+            refusal.status,
+            refusal.message,
+            kind=refusal.kind,
+            code=refusal.code,
+            param=refusal.param,
+        )
+        entry = self.journal.add(
+            **request.journal_fields(), status=refusal.status, error=refusal.error
+        )
+        return Reply(plan.with_(headers=plan.headers + refusal.headers), entry)
+
+    # -- faults -----------------------------------------------------------------------
+
+    def _take_fault(
+        self, request: _Request, plan: ResponsePlan, answer: JSON
+    ) -> tuple[ResponsePlan, Fired | None]:
+        """The plan after the fault that fires on this request (if any), consumed from the
+        board; the same for a replayed answer and a live upstream one."""
+        provider, body, digest = request.call.provider, request.body, request.digest
+        path, timing = request.call.path, self.config.timing
+
+        def render(new_answer: JSON) -> ResponsePlan:
+            exchange = _rendered(provider, body, new_answer, path, digest)
+            return provider.render(exchange, body, timing=timing)
+
+        ctx = FaultContext(provider=provider, stream=request.stream, answer=answer, render=render)
+
+        def applies(spec: Any) -> bool:
+            if spec.type in ("malformed_tool_args", "empty_response"):
+                if not isinstance(answer, dict):
+                    return False
+                return (
+                    spec.type != "malformed_tool_args"
+                    or provider.break_tool_arguments(answer) is not None
+                )
+            return True
+
+        fired = self.board.take(request.info, applies)
+        if fired is None:
+            return plan, None
+        faulted = apply_fault(fired.spec, plan, ctx)
+        assert faulted is not None
+        request.fields["fault"] = {
+            **fired.spec.to_json(),
+            "id": fired.fault_id,
+            "params": fired.spec.effective_params(),
+        }
+        return faulted, fired
+
+    def fault_upstream(self, proxy: Proxy, plan: ResponsePlan, answer: JSON) -> ResponsePlan:
+        """A proxied answer, read whole, after the fault that fires on it (if any)."""
+        assert proxy.digest is not None
+        call = proxy.call
+        request = _Request(
+            call,
+            proxy.body,
+            proxy.digest,
+            proxy.call.provider.wants_stream(proxy.body),
+            proxy.body.get("model"),
+        )
+        faulted, fired = self._take_fault(request, plan, answer)
+        if fired is not None:
+            fired.request_seq = proxy.entry.seq
+            self.journal.amend(proxy.entry, fault=request.fields["fault"], status=faulted.status)
+        return faulted
+
+    def amend(self, entry: JournalEntry, **changes: Any) -> None:
+        """What the proxy learnt about its answer (status, error), into the journal."""
+        self.journal.amend(entry, **changes)
+
+    # -- the proxy modes --------------------------------------------------------------
+
+    def _proxy_unparsed(self, call: ProviderCall, *, record: bool) -> Proxy:
+        # The upstream is the judge of the request: it is forwarded as it is, and only
+        # recorded (and faulted) when it is a JSON object that can be keyed.
+        try:
+            parsed = json.loads(call.body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed = None
+        body = self.redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
+        return self._proxy(call, body, record=record, miss=False)
+
+    def _proxy(self, call: ProviderCall, body: JSON, *, record: bool, miss: bool) -> Proxy:
+        provider = call.provider
+        problem = None
+        if body is None:
+            problem = "the request body is not a JSON object: forwarded, not recorded"
+        digest = provider.digest(body) if body is not None else None
+        stream = provider.wants_stream(body)
+        model = body.get("model") if body is not None else None
+        model = model if isinstance(model, str) else None
+        entry = self.journal.add(
+            session=call.session,
+            method=call.method,
+            path=call.path,
+            model=model,
+            stream=stream,
+            digest=digest,
+            match="upstream",
+            miss=miss,
+            error=problem,
+            status=0,
+        )
+        info = RequestInfo(path=call.path, model=model, session=call.session, stream=stream)
+        faultable = body is not None and len(self.board) > 0 and self.board.may_fire(info)
+        headers: Headers = (("x-chaosllm-match", "upstream"),)
+        if digest is not None:
+            headers += (("x-chaosllm-digest", digest),)
+        return Proxy(
+            call,
+            body,
+            digest,
+            entry,
+            record=record and body is not None,
+            faultable=faultable,
+            headers=headers,
+        )
+
+    # -- recordings and state ---------------------------------------------------------
+
+    def recording_scenario(self, session: str | None) -> str:
+        """Where a new recording made for `session` goes: its active scenario, else the
+        configured one."""
+        return self.matcher.active_scenario(session) or self.config.record_scenario
+
+    def learn(self, exchange: Exchange) -> None:
+        """Serve a newly recorded exchange from now on."""
+        self.matcher.add(exchange)
+
+    def reload(self) -> None:
+        self.store.reload()
+        for error in self.store.errors:
+            log.warning("skipped recording %s", error)
+        self.matcher.reloaded()
+
+    def reset(self) -> None:
+        """Disarm every fault, clear the journal and fault history, rewind sequences."""
+        self.board.reset()
+        self.journal.clear()
+        self.matcher.reset()
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidRequest(BAD_JSON, code="invalid_json") from None
