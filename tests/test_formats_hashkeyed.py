@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam
 
 from chaosllm import ChaosServer
 from chaosllm.model import Keying
@@ -39,7 +40,7 @@ def compute_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-TOOLS = [
+TOOLS: list[ChatCompletionFunctionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -54,7 +55,7 @@ TOOLS = [
     }
 ]
 
-ASK = {
+ASK: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "messages": [
         {"role": "system", "content": "You are DocsGPT."},
@@ -66,7 +67,7 @@ ANSWER = (
     "ask for help. It takes about an hour."
 )
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "messages": [{"role": "user", "content": "weather in London?"}],
     "tool_choice": "auto",
@@ -232,7 +233,10 @@ def test_tool_call_fixture_streams_as_one_delta_then_finish(sdk: openai.OpenAI) 
 def test_a_miss_logs_the_hash_line_and_the_request(
     fixtures_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    unknown = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "unheard of"}]}
+    unknown: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "unheard of"}],
+    }
     with (
         ChaosServer(fixtures_dir, on_miss="fallback") as server,
         openai.OpenAI(
@@ -254,7 +258,10 @@ def test_a_miss_logs_the_hash_line_and_the_request(
 def test_a_miss_in_error_mode_names_the_fixture_hash(
     server: ChaosServer, sdk: openai.OpenAI
 ) -> None:
-    unknown = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "unheard of"}]}
+    unknown: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "unheard of"}],
+    }
     with pytest.raises(openai.NotFoundError) as caught:
         sdk.chat.completions.create(**unknown)
     assert f"{compute_hash(unknown)}.json" in str(caught.value)

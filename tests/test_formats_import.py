@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
+from openai.types.chat import ChatCompletionMessageParam
 
 from chaosllm import ChaosServer
 from chaosllm.cli import main
@@ -51,7 +53,7 @@ def hashed(tmp_path: Path) -> Path:
     return src
 
 
-def frames(server: ChaosServer, body: dict[str, object]) -> str:
+def frames(server: ChaosServer, body: Mapping[str, object]) -> str:
     with httpx.Client(base_url=server.base_url, timeout=10) as client:
         return client.post("/chat/completions", json={**body, "stream": True}).text
 
@@ -98,7 +100,9 @@ def test_trace_import_keeps_order_and_extras(tmp_path: Path) -> None:
             base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
         ) as sdk,
     ):
-        ask = [{"role": "user", "content": "Write hello to /tmp/test.txt"}]
+        ask: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "Write hello to /tmp/test.txt"}
+        ]
         first = sdk.chat.completions.create(model="advanced-steering", messages=ask)
         second = sdk.chat.completions.create(model="advanced-steering", messages=ask)
     assert (first.choices[0].message.tool_calls or [])[0].id == "c1"

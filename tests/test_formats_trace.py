@@ -12,10 +12,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageToolCallUnion
 
 from chaosllm import ChaosServer
 from chaosllm.model import Keying
 from chaosllm.store.recordings import RecordingStore
+from tests.helpers import chat_messages
 
 STEERING = {
     "model_name": "advanced-steering",
@@ -191,11 +193,11 @@ def sdk_for(server: ChaosServer, session: str) -> openai.OpenAI:
     )
 
 
-def tool_result(call: Any, content: str) -> dict[str, Any]:
+def tool_result(call: ChatCompletionMessageToolCallUnion, content: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call.id, "content": content}
 
 
-def assistant(message: Any) -> dict[str, Any]:
+def assistant(message: ChatCompletionMessage) -> dict[str, Any]:
     return message.model_dump(exclude_none=True, exclude={"refusal", "annotations", "audio"})
 
 
@@ -222,7 +224,9 @@ def run_steering(client: openai.OpenAI, model: str) -> list[Any]:
     for user in ("Write hello to /tmp/test.txt", "Actually, change it to goodbye"):
         messages.append({"role": "user", "content": user})
         while True:
-            completion = client.chat.completions.create(model=model, messages=messages)
+            completion = client.chat.completions.create(
+                model=model, messages=chat_messages(messages)
+            )
             message = completion.choices[0].message
             answers.append(completion)
             messages.append(assistant(message))
@@ -331,11 +335,15 @@ def test_tool_echo_with_hint_satisfied_and_mismatched(server: ChaosServer) -> No
 
 def recorded_flow(client: openai.OpenAI, tool_output: str) -> Any:
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What time is it?"}]
-    first = client.chat.completions.create(model="recorded-claude-3-5-sonnet", messages=messages)
+    first = client.chat.completions.create(
+        model="recorded-claude-3-5-sonnet", messages=chat_messages(messages)
+    )
     message = first.choices[0].message
     messages.append(assistant(message))
     messages.append({**tool_result((message.tool_calls or [])[0], tool_output), "name": "http"})
-    return client.chat.completions.create(model="recorded-claude-3-5-sonnet", messages=messages)
+    return client.chat.completions.create(
+        model="recorded-claude-3-5-sonnet", messages=chat_messages(messages)
+    )
 
 
 def test_recorded_legacy_trace_checks_expected_tool_results(server: ChaosServer) -> None:

@@ -19,13 +19,14 @@ import httpx
 import openai
 import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
+from openai.types.chat import ChatCompletionMessageParam
 
 from chaosllm import ChaosServer
 from chaosllm.store.recordings import RecordingStore
 from tests.conftest import openai_client
 
 URI = "https://api.openai.com/v1/chat/completions"
-ASK = [{"role": "user", "content": "Say hello in French."}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello in French."}]
 COMPLETION = {
     "id": "chatcmpl-BXy8rQ3bT2mZ1",
     "object": "chat.completion",
@@ -48,7 +49,7 @@ COMPLETION = {
     "service_tier": "default",
     "system_fingerprint": "fp_0392822090",
 }
-STREAM_ASK = [{"role": "user", "content": "Count to three."}]
+STREAM_ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count to three."}]
 STREAM_TEXT = ["1", ",", " 2", ",", " 3", "."]
 
 

@@ -17,7 +17,7 @@ from chaosllm.providers.openai_chat import OpenAIChat, iter_frame_payloads
 
 P = OpenAIChat()
 
-REQUEST = {
+REQUEST: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "messages": [
         {"role": "system", "content": "Be brief."},
@@ -336,7 +336,7 @@ def test_assemble_inverts_render(completion: dict[str, Any], include_usage: bool
     assert assembled == expected
 
 
-text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
+text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=200)
 
 
 @given(content=text, reasoning=text, arguments=text)

@@ -60,7 +60,7 @@ def test_arguments_are_validated_at_once(
 
 def test_keyword_only() -> None:
     with pytest.raises(TypeError):
-        faults(["http_503"])  # type: ignore[misc]
+        faults(["http_503"])  # type: ignore[call-arg]
 
 
 def test_schedules_shrink_to_the_shortest_simplest() -> None:

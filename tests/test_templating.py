@@ -24,6 +24,7 @@ from chaosllm.store.templating import (
     substitute_workspace,
     tokenize_workspace,
 )
+from tests.helpers import chat_messages
 
 P = OpenAIChat()
 LIVE = "/tmp/chaos-run-42/workspace"
@@ -289,7 +290,8 @@ def workspace_server(tmp_path: Path) -> Iterator[ChaosServer]:
 
 
 def live_request() -> dict[str, Any]:
-    return json.loads(json.dumps(ASK_WRITE).replace(WORKSPACE_TOKEN, LIVE))
+    request: dict[str, Any] = json.loads(json.dumps(ASK_WRITE).replace(WORKSPACE_TOKEN, LIVE))
+    return request
 
 
 def test_workspace_templating_through_the_sdk(workspace_server: ChaosServer) -> None:
@@ -379,10 +381,16 @@ def test_ids_minted_in_an_earlier_step_are_remapped(tmp_path: Path) -> None:
             base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
         ) as sdk,
     ):
-        step1 = sdk.chat.completions.create(model="gpt-4o", messages=spawn_flow("")[:2])
-        assert (step1.choices[0].message.tool_calls or [])[0].function.name == "agent_spawn"
-        step2 = sdk.chat.completions.create(model="gpt-4o", messages=spawn_flow(live_id))
+        step1 = sdk.chat.completions.create(
+            model="gpt-4o", messages=chat_messages(spawn_flow("")[:2])
+        )
+        spawn = (step1.choices[0].message.tool_calls or [])[0]
+        assert spawn.type == "function" and spawn.function.name == "agent_spawn"
+        step2 = sdk.chat.completions.create(
+            model="gpt-4o", messages=chat_messages(spawn_flow(live_id))
+        )
         [call] = step2.choices[0].message.tool_calls or []
+        assert call.type == "function"
         assert json.loads(call.function.arguments) == {
             "sessionId": live_id,
             "text": "Start with the intro.",
