@@ -1,19 +1,21 @@
-"""Fault specs: the catalogue of fault types, their parameters, and validation.
+"""Fault specs: validation against the catalogue (`chaosllm.faults.catalogue`).
 
 A spec arrives as JSON (``POST /__fault``, a profile file, ``ChaosServer.arm``)
-and is checked completely before anything is armed: an unknown type, an
-unknown or misspelt field, a parameter that the type does not take, or a value
-out of range raises `InvalidFaultSpec` whose message lists the valid types or
-that type's parameters.
+or as a query string (``POST /__fault/{type}?k=v``, typed by `spec_from_query`
+from the kinds of that type's parameters) and is checked completely before
+anything is armed: an unknown type, an unknown or misspelt field, a parameter
+that the type does not take, or a value out of range raises `InvalidFaultSpec`
+whose message lists the valid types or that type's parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from chaosllm.errors import InvalidFaultSpec
+from chaosllm.faults.catalogue import FAULT_TYPES, FaultType, Param
 
 __all__ = [
     "COMMON_FIELDS",
@@ -26,138 +28,9 @@ __all__ = [
     "describe_catalogue",
     "parse_fault_spec",
     "parse_fault_specs",
+    "spec_from_query",
 ]
 
-
-@dataclass(frozen=True, slots=True)
-class Param:
-    kind: type
-    default: Any
-    doc: str
-    minimum: float | None = None
-    maximum: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FaultType:
-    name: str
-    summary: str
-    params: Mapping[str, Param] = field(default_factory=dict)
-    delivers_answer: bool = False
-    """Whether the client still gets the whole answer (only slower)."""
-
-
-def _chunks(default: int) -> Param:
-    return Param(int, default, "SSE frames sent before the fault (streaming requests)", 0)
-
-
-_BYTES = Param(
-    int,
-    None,
-    "body bytes sent before the fault (non-streaming requests; default: half the body)",
-    0,
-)
-_MESSAGE = Param(str, None, "the error message (default: a realistic one)")
-_RETRY = Param(float, None, "seconds for the Retry-After header", 0, 86_400)
-
-FAULT_TYPES: Mapping[str, FaultType] = {
-    t.name: t
-    for t in (
-        FaultType("empty_response", "200 with a well-formed answer that has no content"),
-        FaultType(
-            "truncated_stream",
-            "the body ends early but cleanly: no finish chunk, no [DONE]",
-            {"after_chunks": _chunks(2)},
-        ),
-        FaultType(
-            "dropped_connection",
-            "part of the body, then the socket is closed (FIN)",
-            {"after_chunks": _chunks(2), "after_bytes": _BYTES},
-        ),
-        FaultType(
-            "error_in_200",
-            "status 200 whose body (or a stream frame) is an error",
-            {"after_chunks": _chunks(0), "message": _MESSAGE},
-        ),
-        FaultType(
-            "http_503",
-            "503 with the provider's error envelope",
-            {"retry_after": _RETRY, "message": _MESSAGE},
-        ),
-        FaultType(
-            "malformed_tool_args",
-            "tool-call arguments cut into invalid JSON (fires only on answers with tool calls)",
-        ),
-        FaultType(
-            "http_429",
-            "429 rate limit with Retry-After",
-            {
-                "retry_after": Param(float, 1.0, "seconds for the Retry-After header", 0, 86_400),
-                "message": _MESSAGE,
-            },
-        ),
-        FaultType(
-            "http_error",
-            "any error status with the provider's matching error type",
-            {
-                "status": Param(int, 500, "the HTTP status (400-599)", 400, 599),
-                "retry_after": _RETRY,
-                "message": _MESSAGE,
-            },
-        ),
-        FaultType(
-            "connection_reset",
-            "TCP RST (SO_LINGER 0) mid-response",
-            {
-                "after_chunks": _chunks(0),
-                "after_bytes": Param(
-                    int,
-                    0,
-                    "body bytes sent before the reset (non-streaming "
-                    "requests; 0 resets before any byte)",
-                    0,
-                ),
-            },
-        ),
-        FaultType("empty_reply", "the connection is closed with no bytes at all"),
-        FaultType(
-            "latency",
-            "a delay before the response headers",
-            {"delay_ms": Param(float, 1000.0, "milliseconds before the headers", 0, 3_600_000)},
-            delivers_answer=True,
-        ),
-        FaultType(
-            "slow_stream",
-            "the body dribbled out with a delay before each piece",
-            {
-                "delay_ms": Param(
-                    float, 100.0, "milliseconds before each frame or piece", 0, 600_000
-                ),
-                "piece_bytes": Param(int, 64, "bytes per piece (non-streaming requests)", 1),
-            },
-            delivers_answer=True,
-        ),
-        FaultType(
-            "stall",
-            "headers (and after_chunks frames), then silence until the client "
-            "gives up or max_ms passes",
-            {
-                "after_chunks": _chunks(0),
-                "max_ms": Param(
-                    float, 30_000.0, "longest silence before the socket is closed", 0, 3_600_000
-                ),
-            },
-        ),
-        FaultType(
-            "garbage",
-            "bytes that are not HTTP (or, mid-stream, not SSE)",
-            {
-                "after_chunks": _chunks(0),
-                "data": Param(str, None, "the garbage to send (default: binary noise)"),
-            },
-        ),
-    )
-}
 
 COMMON_FIELDS: Mapping[str, str] = {
     "type": "one of the fault types",
@@ -167,14 +40,20 @@ COMMON_FIELDS: Mapping[str, str] = {
     "match": "which requests it fires on: an object with path, model, session, stream",
 }
 MATCH_FIELDS = ("path", "model", "session", "stream")
-_ALIASES = {
-    "afterChunks": "after_chunks",
-    "afterBytes": "after_bytes",
-    "retryAfter": "retry_after",
-    "delayMs": "delay_ms",
-    "maxMs": "max_ms",
-    "pieceBytes": "piece_bytes",
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+_ALIASES: Mapping[str, str] = {
+    _camel(name): name
+    for entry in FAULT_TYPES.values()
+    for name in entry.params
+    if _camel(name) != name
 }
+"""camelCase spellings accepted for every parameter (``afterChunks``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +75,17 @@ class FaultSpec:
     probability: float = 1.0
     match: Match = field(default_factory=Match)
 
+    @property
+    def entry(self) -> FaultType:
+        """The catalogue entry of its type."""
+        return FAULT_TYPES[self.type]
+
     def param(self, name: str) -> Any:
-        return (
-            self.params[name]
-            if name in self.params
-            else FAULT_TYPES[self.type].params[name].default
-        )
+        return self.params[name] if name in self.params else self.entry.params[name].default
 
     def effective_params(self) -> dict[str, Any]:
         """Every parameter of the type, defaults filled in (None: not applicable)."""
-        return {name: self.param(name) for name in FAULT_TYPES[self.type].params}
+        return {name: self.param(name) for name in self.entry.params}
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -360,3 +240,56 @@ def parse_fault_specs(data: Any) -> list[FaultSpec]:
                 raise InvalidFaultSpec(f"fault [{i}]: {exc}") from None
             raise
     return specs
+
+
+def _scalar(text: str) -> Any:
+    """A query value whose kind is not known: true/false, an integer, a number, or text
+    (then validation says what was expected)."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _typed(text: str, kind: type) -> Any:
+    if kind is str:
+        return text
+    if kind is bool:
+        return {"true": True, "false": False}.get(text.lower(), text)
+    try:
+        return kind(text)
+    except ValueError:
+        return _scalar(text)  # "1.5" for an integer: refused as 1.5, as in a JSON spec
+
+
+_COMMON_KINDS: Mapping[str, type] = {"remaining": int, "probability": float}
+
+
+def spec_from_query(type_name: str, query: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """The JSON spec that ``POST /__fault/{type}?k=v&...`` stands for, each value typed
+    by the kind of the parameter it sets (text parameters stay strings: ``message=404``).
+    ``session``, ``model``, ``path`` and ``stream`` (or ``match.NAME``) fill ``match``.
+    Values that fit no kind are passed on as they are, for `parse_fault_spec` to refuse."""
+    entry = FAULT_TYPES.get(type_name)
+    spec: dict[str, Any] = {"type": type_name}
+    match: dict[str, Any] = {}
+    for key, text in query:
+        name = key.removeprefix("match.")
+        if name in MATCH_FIELDS:
+            match[name] = _typed(text, bool) if name == "stream" else text
+            continue
+        param = entry.params.get(_ALIASES.get(name, name)) if entry is not None else None
+        if param is not None:
+            spec[name] = _typed(text, param.kind)
+        elif name in _COMMON_KINDS:
+            spec[name] = _typed(text, _COMMON_KINDS[name])
+        else:
+            spec[name] = _scalar(text)
+    if match:
+        spec["match"] = match
+    return spec

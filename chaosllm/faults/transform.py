@@ -1,11 +1,13 @@
 """Each fault as a pure transformation of a response plan.
 
-`apply_fault(spec, plan, ctx)` returns the plan the wire must execute, or
-None when the fault does not apply to this answer (``malformed_tool_args`` on
-an answer without tool calls): then it is not consumed. What the provider's
-protocol looks like when it breaks (its error envelope, its error frame, an
-empty answer, which frames finish a stream) comes from the provider, so this
-module knows no protocol.
+Every fault type's transform is a function ``(plan, spec, ctx) -> plan`` here;
+the catalogue (`chaosllm.faults.catalogue`) names them, so dispatch is a table
+lookup, never a chain of name comparisons. `apply_fault(spec, plan, ctx)`
+returns the plan the wire must execute, or None when the fault does not apply
+to this answer (``fault_applies``: a tool-call fault on an answer without tool
+calls): then it is not consumed. What the provider's protocol looks like when
+it breaks (its error envelope, its error frame, an empty answer, which frames
+finish a stream) comes from the provider, so this module knows no protocol.
 
 "chunks" are SSE frames, never bytes. A cut after K frames never keeps the
 frames that finish the answer (finish chunk, usage chunk, terminator): K is
@@ -18,12 +20,15 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from chaosllm.faults.spec import FaultSpec
 from chaosllm.model import JSON, Ending, Framing, Piece, ResponsePlan
 from chaosllm.providers.base import Provider
 
-__all__ = ["DEFAULT_GARBAGE", "FaultContext", "apply_fault"]
+if TYPE_CHECKING:
+    from chaosllm.faults.spec import FaultSpec
+
+__all__ = ["DEFAULT_GARBAGE", "FaultContext", "apply_fault", "fault_applies"]
 
 DEFAULT_GARBAGE = (
     b"\x00\xff\xfe\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
@@ -47,6 +52,41 @@ class FaultContext:
     """Renders another answer body for the same request (no recorded frames)."""
 
 
+def fault_applies(spec: FaultSpec, provider: Provider, answer: JSON) -> bool:
+    """Whether `spec` can fire on `answer` (a fault that cannot is not consumed)."""
+    return spec.entry.applies(provider, answer)
+
+
+def apply_fault(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext) -> ResponsePlan | None:
+    """The plan after the fault, or None when it does not apply to `ctx.answer`."""
+    entry = spec.entry
+    if not entry.applies(ctx.provider, ctx.answer):
+        return None
+    return entry.transform(plan, spec, ctx)
+
+
+# -- applicability ------------------------------------------------------------------------------
+
+
+def always(provider: Provider, answer: JSON) -> bool:
+    return True
+
+
+def is_object(provider: Provider, answer: JSON) -> bool:
+    return isinstance(answer, dict)
+
+
+def has_tool_arguments(provider: Provider, answer: JSON) -> bool:
+    return isinstance(answer, dict) and provider.break_tool_arguments(answer) is not None
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _streaming(plan: ResponsePlan, ctx: FaultContext) -> bool:
+    return ctx.stream and plan.framing is Framing.CHUNKED
+
+
 def _message(spec: FaultSpec, status: int) -> str:
     message = spec.param("message")
     if isinstance(message, str):
@@ -55,7 +95,7 @@ def _message(spec: FaultSpec, status: int) -> str:
 
 
 def _error_plan(
-    spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext, status: int, retry_after: float | None
+    spec: FaultSpec, ctx: FaultContext, status: int, retry_after: float | None
 ) -> ResponsePlan:
     body = ctx.provider.error_answer(_message(spec, status), status=status)
     headers: list[tuple[str, str]] = [("content-type", "application/json")]
@@ -84,108 +124,111 @@ def _body_prefix(plan: ResponsePlan, after_bytes: int | None) -> tuple[Piece, ..
     return (Piece(body[:size], frame=False),) if size else ()
 
 
-def apply_fault(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext) -> ResponsePlan | None:
-    kind = spec.type
-    stream = ctx.stream and plan.framing is Framing.CHUNKED
+# -- the transforms, one per fault type ---------------------------------------------------------
 
-    if kind == "empty_response":
-        return ctx.render(ctx.provider.empty_answer(ctx.answer))
 
-    if kind == "malformed_tool_args":
-        broken = ctx.provider.break_tool_arguments(ctx.answer)
-        return None if broken is None else ctx.render(broken)
+def empty_response(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return ctx.render(ctx.provider.empty_answer(ctx.answer))
 
-    if kind == "http_503":
-        return _error_plan(spec, plan, ctx, 503, spec.param("retry_after"))
-    if kind == "http_429":
-        return _error_plan(spec, plan, ctx, 429, spec.param("retry_after"))
-    if kind == "http_error":
-        return _error_plan(spec, plan, ctx, spec.param("status"), spec.param("retry_after"))
 
-    if kind == "truncated_stream":
-        if stream:
-            return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")))
-        body = plan.body()
-        cut = body[: max(1, len(body) // 2)]
-        return plan.with_(pieces=(Piece(cut, frame=False),), content_length=None, close_after=True)
+def malformed_tool_args(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    broken = ctx.provider.break_tool_arguments(ctx.answer)
+    assert broken is not None, "apply_fault checks has_tool_arguments first"
+    return ctx.render(broken)
 
-    if kind == "dropped_connection":
-        if stream:
-            return plan.with_(
-                pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.CLOSE
-            )
+
+def http_503(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _error_plan(spec, ctx, 503, spec.param("retry_after"))
+
+
+def http_429(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _error_plan(spec, ctx, 429, spec.param("retry_after"))
+
+
+def http_error(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _error_plan(spec, ctx, spec.param("status"), spec.param("retry_after"))
+
+
+def truncated_stream(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    if _streaming(plan, ctx):
+        return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")))
+    body = plan.body()
+    cut = body[: max(1, len(body) // 2)]
+    return plan.with_(pieces=(Piece(cut, frame=False),), content_length=None, close_after=True)
+
+
+def dropped_connection(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    if _streaming(plan, ctx):
+        return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.CLOSE)
+    return plan.with_(
+        pieces=_body_prefix(plan, spec.param("after_bytes")),
+        content_length=plan.declared_length,
+        ending=Ending.CLOSE,
+    )
+
+
+def error_in_200(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    message = _message(spec, 200)
+    if _streaming(plan, ctx):
+        frame = Piece(ctx.provider.stream_error_frame(message, status=500))
+        return plan.with_(status=200, pieces=(*_cut(plan, ctx, spec.param("after_chunks")), frame))
+    body = json.dumps(ctx.provider.error_answer(message, status=500)).encode("utf-8")
+    return plan.with_(status=200, pieces=(Piece(body, frame=False),), content_length=None)
+
+
+def connection_reset(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    if _streaming(plan, ctx):
+        return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.RESET)
+    after_bytes = spec.param("after_bytes")
+    if after_bytes == 0:
+        return plan.with_(send_head=False, pieces=(), ending=Ending.RESET)
+    return plan.with_(
+        pieces=_body_prefix(plan, after_bytes),
+        content_length=plan.declared_length,
+        ending=Ending.RESET,
+    )
+
+
+def empty_reply(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return plan.with_(send_head=False, pieces=(), ending=Ending.CLOSE)
+
+
+def latency(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return plan.with_(head_delay_ms=plan.head_delay_ms + spec.param("delay_ms"))
+
+
+def slow_stream(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    delay = spec.param("delay_ms")
+    if _streaming(plan, ctx):
         return plan.with_(
-            pieces=_body_prefix(plan, spec.param("after_bytes")),
-            content_length=plan.declared_length,
-            ending=Ending.CLOSE,
+            pieces=tuple(Piece(p.data, p.delay_ms + delay, p.frame) for p in plan.pieces)
         )
+    body, size = plan.body(), spec.param("piece_bytes")
+    pieces = tuple(Piece(body[i : i + size], delay, frame=False) for i in range(0, len(body), size))
+    return plan.with_(pieces=pieces, content_length=plan.declared_length)
 
-    if kind == "error_in_200":
-        message = _message(spec, 200)
-        if stream:
-            frame = Piece(ctx.provider.stream_error_frame(message, status=500))
-            return plan.with_(
-                status=200, pieces=(*_cut(plan, ctx, spec.param("after_chunks")), frame)
-            )
-        body = json.dumps(ctx.provider.error_answer(message, status=500)).encode("utf-8")
-        return plan.with_(status=200, pieces=(Piece(body, frame=False),), content_length=None)
 
-    if kind == "connection_reset":
-        if stream:
-            return plan.with_(
-                pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.RESET
-            )
-        after_bytes = spec.param("after_bytes")
-        if after_bytes == 0:
-            return plan.with_(send_head=False, pieces=(), ending=Ending.RESET)
+def stall(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    if _streaming(plan, ctx):
         return plan.with_(
-            pieces=_body_prefix(plan, after_bytes),
-            content_length=plan.declared_length,
-            ending=Ending.RESET,
-        )
-
-    if kind == "empty_reply":
-        return plan.with_(send_head=False, pieces=(), ending=Ending.CLOSE)
-
-    if kind == "latency":
-        return plan.with_(head_delay_ms=plan.head_delay_ms + spec.param("delay_ms"))
-
-    if kind == "slow_stream":
-        delay = spec.param("delay_ms")
-        if stream:
-            return plan.with_(
-                pieces=tuple(Piece(p.data, p.delay_ms + delay, p.frame) for p in plan.pieces)
-            )
-        body, size = plan.body(), spec.param("piece_bytes")
-        pieces = tuple(
-            Piece(body[i : i + size], delay, frame=False) for i in range(0, len(body), size)
-        )
-        return plan.with_(pieces=pieces, content_length=plan.declared_length)
-
-    if kind == "stall":
-        if stream:
-            return plan.with_(
-                pieces=_cut(plan, ctx, spec.param("after_chunks")),
-                ending=Ending.STALL,
-                stall_ms=spec.param("max_ms"),
-            )
-        return plan.with_(
-            pieces=(),
-            content_length=plan.declared_length,
+            pieces=_cut(plan, ctx, spec.param("after_chunks")),
             ending=Ending.STALL,
             stall_ms=spec.param("max_ms"),
         )
+    return plan.with_(
+        pieces=(),
+        content_length=plan.declared_length,
+        ending=Ending.STALL,
+        stall_ms=spec.param("max_ms"),
+    )
 
-    if kind == "garbage":
-        data = spec.param("data")
-        garbage = data.encode("utf-8") if isinstance(data, str) else DEFAULT_GARBAGE
-        if stream:
-            return plan.with_(
-                pieces=(*_cut(plan, ctx, spec.param("after_chunks")), Piece(garbage)),
-                ending=Ending.CLOSE,
-            )
+
+def garbage(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    data = spec.param("data")
+    noise = data.encode("utf-8") if isinstance(data, str) else DEFAULT_GARBAGE
+    if _streaming(plan, ctx):
         return plan.with_(
-            send_head=False, pieces=(Piece(garbage, frame=False),), ending=Ending.CLOSE
+            pieces=(*_cut(plan, ctx, spec.param("after_chunks")), Piece(noise)),
+            ending=Ending.CLOSE,
         )
-
-    raise AssertionError(f"fault type {kind!r} has no transformation")  # pragma: no cover
+    return plan.with_(send_head=False, pieces=(Piece(noise, frame=False),), ending=Ending.CLOSE)

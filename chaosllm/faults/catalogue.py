@@ -1,0 +1,261 @@
+"""The fault catalogue: one entry per fault type, and everything else derived from it.
+
+Theory of operation. A fault type is data, as h11 keeps its state machine: an
+entry (`FaultType`) holds the type's name and summary, its parameters (kind,
+default, doc, bounds, and how ``chaosllm.strategies`` draws it), the pure
+function that transforms a response plan, the predicate saying which answers it
+applies to, whether the client still gets the answer, and its place in the
+strategies' shrink order. Spec validation (`chaosllm.faults.spec`), dispatch
+(`apply_fault`), the CLI's ``fault arm`` flags, the control plane's query typing,
+the hypothesis strategies and the probe read the entry; tests check the README's
+table against it. Adding a fault type is one entry in `CATALOGUE` (and its
+transform in `chaosllm.faults.transform`): its name appears in no other module.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from chaosllm.faults import transform as t
+from chaosllm.model import JSON, ResponsePlan
+from chaosllm.providers.base import Provider
+
+if TYPE_CHECKING:
+    from chaosllm.faults.spec import FaultSpec
+    from chaosllm.faults.transform import FaultContext
+
+__all__ = ["CATALOGUE", "FAULT_TYPES", "MALFORMED_TOOL_ARGS", "Draw", "FaultType", "Param"]
+
+
+class Draw(enum.Enum):
+    """How ``chaosllm.strategies`` draws a parameter (each is bounded by the option of
+    `chaosllm.strategies.faults` named in its doc); a parameter without one keeps its
+    default in drawn specs."""
+
+    AFTER_CHUNKS = "after_chunks"
+    """0..`max_after_chunks` frames."""
+    RETRY_AFTER = "retry_after"
+    """`max_retry_after` or half of it, never 0 (clients ignore a zero Retry-After)."""
+    STATUS = "status"
+    """one of `statuses`."""
+    DELAY_MS = "delay_ms"
+    """0..`max_delay_ms` whole milliseconds."""
+    PIECE_DELAY_MS = "piece_delay_ms"
+    """0..`max_delay_ms` / 10 whole milliseconds (it is paid once per piece)."""
+    STALL_MS = "stall_ms"
+    """exactly `stall_ms`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    kind: type
+    """int, float or str: validation, the CLI flag and query-string typing follow it."""
+    default: Any
+    """None: the type's own behaviour (documented in `doc`)."""
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+    draw: Draw | None = None
+    """How ``chaosllm.strategies`` draws it (None: drawn specs keep the default)."""
+
+    @property
+    def text(self) -> bool:
+        """Whether values are text: a query string keeps them strings even when they
+        look like numbers (``message=404``)."""
+        return self.kind is str
+
+
+Transform = Callable[[ResponsePlan, "FaultSpec", "FaultContext"], ResponsePlan]
+Applies = Callable[[Provider, JSON], bool]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultType:
+    name: str
+    summary: str
+    transform: Transform
+    """The pure plan transformation (`chaosllm.faults.transform`)."""
+    simplicity: int
+    """Rank in ``chaosllm.strategies.SIMPLEST_FIRST``: drawn examples shrink toward
+    lower ranks (the simplest faults to reason about)."""
+    params: Mapping[str, Param] = field(default_factory=dict)
+    applies: Applies = t.always
+    """Whether it can fire on an answer; when not, the fault is not consumed."""
+    delivers_answer: bool = False
+    """Whether the client still gets the whole answer (only slower)."""
+    silence_param: str | None = None
+    """The parameter bounding how long the client is left with nothing arriving: a
+    probe sets it beyond its time limit, so that a client without a timeout hangs."""
+
+
+def _chunks(default: int) -> Param:
+    doc = "SSE frames sent before the fault (streaming requests)"
+    return Param(int, default, doc, 0, draw=Draw.AFTER_CHUNKS)
+
+
+_BYTES = Param(
+    int,
+    None,
+    "body bytes sent before the fault (non-streaming requests; default: half the body)",
+    0,
+)
+_MESSAGE = Param(str, None, "the error message (default: a realistic one)")
+
+
+def _retry(default: float | None, draw: Draw | None) -> Param:
+    return Param(float, default, "seconds for the Retry-After header", 0, 86_400, draw=draw)
+
+
+CATALOGUE: tuple[FaultType, ...] = (
+    FaultType(
+        name="empty_response",
+        summary="200 with a well-formed answer that has no content",
+        transform=t.empty_response,
+        applies=t.is_object,
+        simplicity=8,
+    ),
+    FaultType(
+        name="truncated_stream",
+        summary="the body ends early but cleanly: no finish chunk, no [DONE]",
+        params={"after_chunks": _chunks(2)},
+        transform=t.truncated_stream,
+        simplicity=6,
+    ),
+    FaultType(
+        name="dropped_connection",
+        summary="part of the body, then the socket is closed (FIN)",
+        params={"after_chunks": _chunks(2), "after_bytes": _BYTES},
+        transform=t.dropped_connection,
+        simplicity=5,
+    ),
+    FaultType(
+        name="error_in_200",
+        summary="status 200 whose body (or a stream frame) is an error",
+        params={"after_chunks": _chunks(0), "message": _MESSAGE},
+        transform=t.error_in_200,
+        simplicity=7,
+    ),
+    FaultType(
+        name="http_503",
+        summary="503 with the provider's error envelope",
+        params={"retry_after": _retry(None, Draw.RETRY_AFTER), "message": _MESSAGE},
+        transform=t.http_503,
+        simplicity=0,
+    ),
+    FaultType(
+        name="malformed_tool_args",
+        summary="tool-call arguments cut into invalid JSON (fires only on answers with tool calls)",
+        transform=t.malformed_tool_args,
+        applies=t.has_tool_arguments,
+        simplicity=9,
+    ),
+    FaultType(
+        name="http_429",
+        summary="429 rate limit with Retry-After",
+        params={"retry_after": _retry(1.0, Draw.RETRY_AFTER), "message": _MESSAGE},
+        transform=t.http_429,
+        simplicity=1,
+    ),
+    FaultType(
+        name="http_error",
+        summary="any error status with the provider's matching error type",
+        params={
+            "status": Param(int, 500, "the HTTP status (400-599)", 400, 599, draw=Draw.STATUS),
+            "retry_after": _retry(None, None),
+            "message": _MESSAGE,
+        },
+        transform=t.http_error,
+        simplicity=2,
+    ),
+    FaultType(
+        name="connection_reset",
+        summary="TCP RST (SO_LINGER 0) mid-response",
+        params={
+            "after_chunks": _chunks(0),
+            "after_bytes": Param(
+                int,
+                0,
+                "body bytes sent before the reset (non-streaming requests; 0 resets before "
+                "any byte)",
+                0,
+            ),
+        },
+        transform=t.connection_reset,
+        simplicity=4,
+    ),
+    FaultType(
+        name="empty_reply",
+        summary="the connection is closed with no bytes at all",
+        transform=t.empty_reply,
+        simplicity=3,
+    ),
+    FaultType(
+        name="latency",
+        summary="a delay before the response headers",
+        params={
+            "delay_ms": Param(
+                float, 1000.0, "milliseconds before the headers", 0, 3_600_000, draw=Draw.DELAY_MS
+            )
+        },
+        transform=t.latency,
+        delivers_answer=True,
+        simplicity=11,
+    ),
+    FaultType(
+        name="slow_stream",
+        summary="the body dribbled out with a delay before each piece",
+        params={
+            "delay_ms": Param(
+                float,
+                100.0,
+                "milliseconds before each frame or piece",
+                0,
+                600_000,
+                draw=Draw.PIECE_DELAY_MS,
+            ),
+            "piece_bytes": Param(int, 64, "bytes per piece (non-streaming requests)", 1),
+        },
+        transform=t.slow_stream,
+        delivers_answer=True,
+        simplicity=12,
+    ),
+    FaultType(
+        name="stall",
+        summary="headers (and after_chunks frames), then silence until the client gives up "
+        "or max_ms passes",
+        params={
+            "after_chunks": _chunks(0),
+            "max_ms": Param(
+                float,
+                30_000.0,
+                "longest silence before the socket is closed",
+                0,
+                3_600_000,
+                draw=Draw.STALL_MS,
+            ),
+        },
+        transform=t.stall,
+        silence_param="max_ms",
+        simplicity=13,
+    ),
+    FaultType(
+        name="garbage",
+        summary="bytes that are not HTTP (or, mid-stream, not SSE)",
+        params={
+            "after_chunks": _chunks(0),
+            "data": Param(str, None, "the garbage to send (default: binary noise)"),
+        },
+        transform=t.garbage,
+        simplicity=10,
+    ),
+)
+"""Every fault type, in the spec's order (the order listings and errors use)."""
+
+FAULT_TYPES: Mapping[str, FaultType] = {entry.name: entry for entry in CATALOGUE}
+
+MALFORMED_TOOL_ARGS = FAULT_TYPES["malformed_tool_args"]
+"""Named for ``chaosllm doctor``, whose check for recorded tool-call arguments that are
+not JSON bears the name of the fault that injects that damage."""
