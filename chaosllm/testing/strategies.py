@@ -12,6 +12,10 @@ drawn. Examples are fault-spec dicts, ready for ``ChaosServer.arm`` or
 ``POST /__fault``. They shrink toward shorter schedules, toward the types
 listed first, and toward smaller parameters; parameter ranges default to small
 values (tens of milliseconds) so that property tests stay fast.
+
+Which parameters are drawn, and how, is the catalogue's (`Param.draw`, one of
+`chaosllm.faults.Draw`); the shrink order of the types is its `simplicity`. A
+fault type added to the catalogue is drawn here without a line changed.
 """
 
 from __future__ import annotations
@@ -24,25 +28,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from chaosllm.faults.spec import FAULT_TYPES
+from chaosllm.faults import FAULT_TYPES, Draw
 
 __all__ = ["RECOVERABLE", "SIMPLEST_FIRST", "fault_schedules", "faults", "resilience_settings"]
 
-SIMPLEST_FIRST: tuple[str, ...] = (
-    "http_503",
-    "http_429",
-    "http_error",
-    "empty_reply",
-    "connection_reset",
-    "dropped_connection",
-    "truncated_stream",
-    "error_in_200",
-    "empty_response",
-    "malformed_tool_args",
-    "garbage",
-    "latency",
-    "slow_stream",
-    "stall",
+SIMPLEST_FIRST: tuple[str, ...] = tuple(
+    sorted(FAULT_TYPES, key=lambda name: FAULT_TYPES[name].simplicity)
 )
 """Every fault type, the simplest to reason about first (what examples shrink toward)."""
 
@@ -102,8 +93,8 @@ def faults(
     """One fault spec of one of `types` (default: every type, simplest first).
 
     - `max_after_chunks`: cuts happen after 0..N frames.
-    - `max_retry_after`: Retry-After values drawn from 0..N seconds (429, 503, http_error).
-    - `max_delay_ms`: latency and slow_stream delays.
+    - `max_retry_after`: Retry-After values drawn from 0..N seconds (429, 503).
+    - `max_delay_ms`: latency and slow_stream delays (a tenth of it per piece).
     - `stall_ms`: how long a stall lasts before the server closes (make the client's
       timeout shorter to test that it gives up).
     - `statuses`: the statuses `http_error` draws from (default: retryable 5xx).
@@ -127,35 +118,27 @@ def faults(
     if session is not None and not isinstance(session, str):
         raise InvalidArgument(f"session must be a string, got {session!r}")
 
-    chunks = st.integers(min_value=0, max_value=max_after_chunks)
-    # Never 0: clients (the openai SDK among them) ignore a zero Retry-After and fall
-    # back to their own, much longer, backoff.
-    retry_after = st.sampled_from(sorted({max_retry_after / 2, max_retry_after}))
-    delay = st.integers(min_value=0, max_value=int(max_delay_ms))
-    per_type: dict[str, st.SearchStrategy[dict[str, Any]]] = {
-        "empty_response": st.just({}),
-        "truncated_stream": st.fixed_dictionaries({"after_chunks": chunks}),
-        "dropped_connection": st.fixed_dictionaries({"after_chunks": chunks}),
-        "error_in_200": st.fixed_dictionaries({"after_chunks": chunks}),
-        "http_503": st.fixed_dictionaries({"retry_after": retry_after}),
-        "malformed_tool_args": st.just({}),
-        "http_429": st.fixed_dictionaries({"retry_after": retry_after}),
-        "http_error": st.fixed_dictionaries({"status": st.sampled_from(list(statuses))}),
-        "connection_reset": st.fixed_dictionaries({"after_chunks": chunks}),
-        "empty_reply": st.just({}),
-        "latency": st.fixed_dictionaries({"delay_ms": delay}),
-        "slow_stream": st.fixed_dictionaries(
-            {"delay_ms": st.integers(0, max(1, int(max_delay_ms // 10)))}
-        ),
-        "stall": st.fixed_dictionaries({"after_chunks": chunks, "max_ms": st.just(stall_ms)}),
-        "garbage": st.fixed_dictionaries({"after_chunks": chunks}),
+    draws: dict[Draw, st.SearchStrategy[Any]] = {
+        Draw.AFTER_CHUNKS: st.integers(min_value=0, max_value=max_after_chunks),
+        # Never 0: clients (the openai SDK among them) ignore a zero Retry-After and fall
+        # back to their own, much longer, backoff.
+        Draw.RETRY_AFTER: st.sampled_from(sorted({max_retry_after / 2, max_retry_after})),
+        Draw.STATUS: st.sampled_from(list(statuses)),
+        Draw.DELAY_MS: st.integers(min_value=0, max_value=int(max_delay_ms)),
+        Draw.PIECE_DELAY_MS: st.integers(0, max(1, int(max_delay_ms // 10))),
+        Draw.STALL_MS: st.just(stall_ms),
     }
     common: dict[str, Any] = {"remaining": remaining}
     if session is not None:
         common["match"] = {"session": session}
 
     def build(type_: str) -> st.SearchStrategy[dict[str, Any]]:
-        return per_type[type_].map(functools.partial(_spec, type_, common))
+        params = {
+            name: draws[param.draw]
+            for name, param in FAULT_TYPES[type_].params.items()
+            if param.draw is not None
+        }
+        return st.fixed_dictionaries(params).map(functools.partial(_spec, type_, common))
 
     # one_of shrinks toward its first branches: the simplest types.
     return st.one_of([build(t) for t in chosen])
