@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
-from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -21,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chaosllm.errors import InvalidFaultSpec, InvalidRequest, UnknownScenario
-from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs
+from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs, spec_from_query
 from chaosllm.faults.profiles import Profile, list_profiles, load_profile, parse_profile
 from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
 
@@ -94,32 +93,10 @@ async def arm_faults(request: Request) -> Response:
     )
 
 
-def _query_value(value: str) -> Any:
-    lowered = value.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for convert in (int, float):
-        try:
-            return convert(value)
-        except ValueError:
-            pass
-    return value
-
-
 async def arm_fault_type(request: Request) -> Response:
+    """``POST /__fault/{type}?k=v``: each value typed by the kind of the parameter it sets."""
     state = chaos_state(request)
-    spec: dict[str, Any] = {"type": request.path_params["type"]}
-    match: dict[str, Any] = {}
-    for key, value in request.query_params.items():
-        name = key.removeprefix("match.")
-        if name in ("path", "model", "session", "stream"):
-            match[name] = value if name != "stream" else _query_value(value)
-        elif name in ("message", "data"):
-            spec[name] = value
-        else:
-            spec[name] = _query_value(value)
-    if match:
-        spec["match"] = match
+    spec = spec_from_query(request.path_params["type"], request.query_params.items())
     try:
         specs = parse_fault_specs(spec)
     except InvalidFaultSpec as exc:
