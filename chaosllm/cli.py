@@ -36,6 +36,7 @@ from chaosllm.testing.probe import (
     BaselineFailed,
     ProbeRun,
     Verdict,
+    default_faults,
     probe,
     render_html,
     render_matrix,
@@ -86,6 +87,37 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def _fault_params() -> dict[str, tuple[type, str]]:
+    """Every parameter of every fault type (one `fault arm` flag each): its kind, and its
+    doc with the types that take it."""
+    kinds: dict[str, type] = {}
+    docs: dict[str, str] = {}
+    takers: dict[str, list[str]] = {}
+    for entry in FAULT_TYPES.values():
+        for name, param in entry.params.items():
+            kinds.setdefault(name, param.kind)
+            docs.setdefault(name, param.doc)
+            takers.setdefault(name, []).append(entry.name)
+    return {name: (kinds[name], f"{docs[name]} ({', '.join(takers[name])})") for name in kinds}
+
+
+def _server_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """--url and --token; with `suppress` they keep the value given before the action
+    unless given again after it."""
+    parser.add_argument(
+        "--url",
+        default=argparse.SUPPRESS
+        if suppress
+        else os.environ.get("CHAOSLLM_URL", "http://127.0.0.1:8000"),
+        help="the server (default $CHAOSLLM_URL or http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--token",
+        default=argparse.SUPPRESS if suppress else os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
+        help="the control token, if the server has one (default $CHAOSLLM_CONTROL_TOKEN)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -223,39 +255,26 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     fault = sub.add_parser("fault", help="arm, list and clear faults on a running server")
-    fault.add_argument(
-        "--url",
-        default=os.environ.get("CHAOSLLM_URL", "http://127.0.0.1:8000"),
-        help="the server (default $CHAOSLLM_URL or http://127.0.0.1:8000)",
-    )
-    fault.add_argument(
-        "--token",
-        default=os.environ.get("CHAOSLLM_CONTROL_TOKEN"),
-        help="the control token, if the server has one",
-    )
+    _server_options(fault, suppress=False)
     fault_sub = fault.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
     arm = fault_sub.add_parser("arm", help="arm one fault", description=describe_catalogue())
     arm.formatter_class = argparse.RawDescriptionHelpFormatter
     arm.add_argument("type", choices=list(FAULT_TYPES), metavar="TYPE")
     arm.add_argument("--remaining", type=int)
     arm.add_argument("--probability", type=float)
-    arm.add_argument("--after-chunks", type=int)
-    arm.add_argument("--after-bytes", type=int)
-    arm.add_argument("--status", type=int)
-    arm.add_argument("--retry-after", type=float)
-    arm.add_argument("--delay-ms", type=float)
-    arm.add_argument("--max-ms", type=float)
-    arm.add_argument("--piece-bytes", type=int)
-    arm.add_argument("--message")
-    arm.add_argument("--data")
+    for name, (kind, doc) in _fault_params().items():
+        arm.add_argument("--" + name.replace("_", "-"), type=kind, help=doc)
     arm.add_argument("--session", help="fire only on this X-Chaosllm-Session")
     arm.add_argument("--model", help="fire only on requests for this model")
     arm.add_argument("--path", help="fire only on this endpoint path")
     profile = fault_sub.add_parser("profile", help="arm a fault profile")
     profile.add_argument("name", metavar="NAME|FILE")
-    fault_sub.add_parser("list", help="armed faults and fired history")
+    listing = fault_sub.add_parser("list", help="armed faults and fired history")
     clear = fault_sub.add_parser("clear", help="disarm all faults (or one by id)")
     clear.add_argument("id", nargs="?")
+    for action in (arm, profile, listing, clear):
+        # as users type them: `chaosllm fault arm http_503 --url U` as well as before ACTION
+        _server_options(action, suppress=True)
 
     probe = sub.add_parser(
         "probe",
@@ -350,19 +369,19 @@ def _import(args: argparse.Namespace) -> int:
     return 1 if result.errors or result.existing else 0
 
 
-_FAULT_PARAMS = (
-    "remaining",
-    "probability",
-    "after_chunks",
-    "after_bytes",
-    "status",
-    "retry_after",
-    "delay_ms",
-    "max_ms",
-    "piece_bytes",
-    "message",
-    "data",
-)
+def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
+    """The fault spec `chaosllm fault arm` sends: every flag given (the server refuses a
+    parameter the type does not take, with the list of those it does)."""
+    spec: dict[str, object] = {"type": args.type}
+    for name in ("remaining", "probability", *_fault_params()):
+        if getattr(args, name) is not None:
+            spec[name] = getattr(args, name)
+    match = {
+        k: getattr(args, k) for k in ("session", "model", "path") if getattr(args, k) is not None
+    }
+    if match:
+        spec["match"] = match
+    return spec
 
 
 def _fault(args: argparse.Namespace) -> int:
@@ -373,18 +392,7 @@ def _fault(args: argparse.Namespace) -> int:
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=10.0) as client:
             if args.fault_command == "arm":
-                spec: dict[str, object] = {"type": args.type}
-                spec.update(
-                    {k: getattr(args, k) for k in _FAULT_PARAMS if getattr(args, k) is not None}
-                )
-                match = {
-                    k: getattr(args, k)
-                    for k in ("session", "model", "path")
-                    if getattr(args, k) is not None
-                }
-                if match:
-                    spec["match"] = match
-                response = client.post("/__fault", json=spec)
+                response = client.post("/__fault", json=_arm_spec(args))
             elif args.fault_command == "profile":
                 path = Path(args.name)
                 if path.suffix == ".json" and path.is_file():
@@ -448,9 +456,7 @@ def _probe(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        faults = [{"type": n} for n in names]
-        if "stall" in names:
-            faults[names.index("stall")]["max_ms"] = args.timeout * 2000
+        faults = default_faults(stall_ms=args.timeout * 2000, types=names)
 
     def progress(run: ProbeRun) -> None:
         verdict = run.verdict.value if run.verdict else ""

@@ -131,6 +131,26 @@ def test_fault_commands_against_a_running_server() -> None:
         assert gone.returncode == 1 and "No armed fault" in gone.stderr
 
 
+def test_fault_url_and_token_also_after_the_action() -> None:
+    """`--url` and `--token` go before or after the action (after wins), as users type
+    them: ``chaosllm fault arm http_503 --url U --token T``."""
+    nowhere = "http://127.0.0.1:9"
+    env = {"CHAOSLLM_URL": nowhere, "CHAOSLLM_CONTROL_TOKEN": ""}
+    with serving("--control-token", "s3cret") as (url, _):
+        armed = run("fault", "arm", "http_503", "--url", url, "--token", "s3cret", env=env)
+        assert armed.returncode == 0, armed.stderr
+        assert json.loads(armed.stdout)["faults"][0]["type"] == "http_503"
+        refused = run("fault", "list", "--url", url, env=env)
+        assert refused.returncode == 1 and "403" in refused.stderr
+        before = run("fault", "--url", url, "--token", "s3cret", "list", env=env)
+        assert before.returncode == 0 and "http_503" in before.stdout
+        after_wins = run(
+            "fault", "--url", nowhere, "--token", "s3cret", "clear", "--url", url, env=env
+        )
+        assert after_wins.returncode == 0, after_wins.stderr
+        assert json.loads(after_wins.stdout) == {"disarmed": 1}
+
+
 def test_fault_command_with_no_server() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
