@@ -47,6 +47,7 @@ from typing import Any
 
 from chaosllm.core.structured import answer_schema_problem
 from chaosllm.errors import InvalidRequest, RecordingError, UnknownFormat
+from chaosllm.faults.catalogue import MALFORMED_TOOL_ARGS
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS
 from chaosllm.providers.conversation import validate_conversation
@@ -65,7 +66,7 @@ CHECKS = (
     "orphan_tool_call",
     "never_matches",
     "schema_mismatch",
-    "malformed_tool_args",
+    MALFORMED_TOOL_ARGS.name,  # the recording already has the damage that fault injects
     "unredacted_secret",
 )
 
@@ -268,7 +269,7 @@ def _exchange_problems(exchange: Exchange) -> list[Problem]:
                 problems.append(
                     Problem(
                         "warning",
-                        "malformed_tool_args",
+                        MALFORMED_TOOL_ARGS.name,
                         path,
                         f"{where}tool call {call.get('id')!r} has arguments that are not JSON "
                         f"({exc.msg}): fine if recorded on purpose",

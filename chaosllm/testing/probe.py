@@ -108,14 +108,17 @@ class ProbeReport:
         return table
 
 
-def default_faults(*, stall_ms: float) -> list[dict[str, Any]]:
-    """One fault of each catalogue type with its default parameters (a stall lasts
-    `stall_ms`, longer than the run's time limit: a client without a timeout hangs)."""
+def default_faults(*, stall_ms: float, types: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One fault of each of `types` (default: every catalogue type) with its default
+    parameters, except that a fault which leaves the client with nothing arriving (a
+    stall: `FaultType.silence_param`) lasts `stall_ms`, longer than the run's time limit:
+    a client without a timeout hangs."""
     faults: list[dict[str, Any]] = []
-    for name in FAULT_TYPES:
+    for name in FAULT_TYPES if types is None else types:
         spec: dict[str, Any] = {"type": name}
-        if name == "stall":
-            spec["max_ms"] = stall_ms
+        silence = FAULT_TYPES[name].silence_param
+        if silence is not None:
+            spec[silence] = stall_ms
         faults.append(spec)
     return faults
 

@@ -122,19 +122,19 @@ def _degradation(plan: ResponsePlan) -> tuple[str, str] | None:
         )
     if plan.ending is Ending.CLOSE:
         return (
-            "close",
+            plan.ending.value,
             "ending CLOSE emulated by raising after the partial body "
             "(the ASGI server decides how the connection ends)",
         )
     if plan.ending is Ending.RESET:
         return (
-            "reset",
+            plan.ending.value,
             "ending RESET impossible under ASGI: emulated by raising after the partial "
             "body (typically a FIN, not an RST)",
         )
     if plan.ending is Ending.STALL:
         return (
-            "stall",
+            plan.ending.value,
             "ending STALL emulated by sleeping stall_ms, then raising to abort the connection",
         )
     if plan.framing is Framing.LENGTH and plan.body_length != plan.declared_length:
