@@ -51,8 +51,7 @@ from chaosllm.faults.catalogue import MALFORMED_TOOL_ARGS
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS
 from chaosllm.providers.conversation import validate_conversation
-from chaosllm.store.formats import read_data, read_file
-from chaosllm.store.recordings import recording_files
+from chaosllm.store.formats import FORMATS, NATIVE, parse_data, read_data, recording_files
 from chaosllm.store.redact import KEY_PATTERNS, REDACTED, SECRET_HEADERS, Redactor
 
 __all__ = ["CHECKS", "Problem", "Report", "diagnose"]
@@ -181,13 +180,16 @@ def _credential_headers(data: JSON, where: str) -> Iterable[tuple[str, str]]:
             yield from _credential_headers(item, f"{where}[{i}]")
 
 
+def _one_of_a_run(exchange: Exchange) -> bool:
+    """Whether the exchange is one of the several a file holds (a trace's step, a
+    cassette's call: `FixtureFormat.holds_run`), so that its problems name it."""
+    entry = FORMATS.get(str(exchange.meta.get("format", NATIVE)))
+    return exchange.keyed_by == Keying.SEQUENCE or (entry is not None and entry.holds_run)
+
+
 def _exchange_problems(exchange: Exchange) -> list[Problem]:
     path = exchange.source or exchange.name
-    where = (
-        f"{exchange.name}: "
-        if exchange.keyed_by == Keying.SEQUENCE or exchange.meta.get("format") == "vcr"
-        else ""
-    )
+    where = f"{exchange.name}: " if _one_of_a_run(exchange) else ""
     problems: list[Problem] = []
     provider = PROVIDERS[exchange.provider]
     if exchange.stored_digest is not None and exchange.stored_digest != exchange.digest:
@@ -403,7 +405,7 @@ def diagnose(dirs: Sequence[Path]) -> Report:
                 continue
             report.problems.extend(_secret_problems(source, text, data))
             try:
-                found = read_file(path, root=root)
+                found = parse_data(path, data, root=root)
             except UnknownFormat as exc:
                 report.problems.append(Problem("error", "unknown_format", source, exc.problem))
                 continue

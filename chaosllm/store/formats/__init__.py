@@ -1,4 +1,4 @@
-"""The fixture formats chaosllm reads: detection and loading.
+"""The fixture formats chaosllm reads: the registry, detection and loading.
 
 ==============  =============================================  ==========================
 format          a file is                                      its exchanges are found by
@@ -10,67 +10,106 @@ format          a file is                                      its exchanges are
                 YAML (``.yaml``/``.yml``) or JSON
 ==============  =============================================  ==========================
 
-A recordings directory may mix them: `RecordingStore` loads every ``.json``,
-``.yaml`` and ``.yml`` file through `read_file`, which detects the format from
-the content (and, for a hash-keyed fixture, the name). A file in none of them
-is an `UnknownFormat` error, reported like any unreadable file.
+Each format is one module with one `FixtureFormat` entry (``FORMAT``: its name, how a
+file is detected and parsed, its keying and alias digest, whether ``chaosllm import``
+takes it), and `FORMATS` lists the entries; everything else here -- `detect`,
+`read_file`, `IMPORTABLE`, `ALIAS_DIGESTS`, `RECORDING_SUFFIXES`, the error of a file in
+none of them -- is derived from that list. Adding a format is one module and one line in
+`FORMATS`. A file is in the format of the first entry whose ``detect`` accepts it, so an
+entry goes after the ones whose files it could be mistaken for.
+
+A recordings directory may mix them: `chaosllm.store.recordings.RecordingStore` loads
+every file `recording_files` finds through `read_file`, which detects the format from
+the content. A file in none of them is an `UnknownFormat` error, reported with its path
+like any unreadable file.
 
 Names: a file holding one answer (native, hash-keyed) is
 ``<dir scenario>/<file stem>`` like a native recording; a file holding a run
-(a trace, a cassette) is a scenario of its own, named by its path without the
-suffix (``advanced/steering``), its exchanges ``<scenario>/<NNNN>`` in order.
+(a trace, a cassette: `FixtureFormat.holds_run`) is a scenario of its own, named by its
+path without the suffix (``advanced/steering``), its exchanges ``<scenario>/<NNNN>`` in
+order.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from chaosllm.errors import RecordingError, UnknownFormat
-from chaosllm.model import JSON, Exchange, Keying
-from chaosllm.store.formats import hashkeyed, trace, vcr
-from chaosllm.store.recordings import RECORDING_SUFFIXES, parse_exchange, recording_files
+from chaosllm.model import JSON, Exchange
+from chaosllm.store.formats import hashkeyed, native, trace, vcr
+from chaosllm.store.formats.base import YAML_SUFFIXES, FixtureFormat, Location
 
 __all__ = [
     "ALIAS_DIGESTS",
     "FORMATS",
     "IMPORTABLE",
     "NATIVE",
+    "RECORDING_SUFFIXES",
     "UNKNOWN",
+    "UNKNOWN_HINT",
+    "FixtureFormat",
+    "Location",
     "detect",
+    "format_of",
     "load_any",
     "load_tree",
+    "parse_data",
     "read_data",
     "read_file",
+    "recording_files",
 ]
 
-NATIVE = "chaosllm"
+
+def _registry(*entries: FixtureFormat) -> Mapping[str, FixtureFormat]:
+    return MappingProxyType({entry.name: entry for entry in entries})
+
+
+FORMATS: Mapping[str, FixtureFormat] = _registry(
+    native.FORMAT,
+    vcr.FORMAT,
+    trace.FORMAT,
+    hashkeyed.FORMAT,
+)
+"""Every format chaosllm reads, by name, in the order files are detected."""
+
+NATIVE = native.FORMAT.name
 UNKNOWN = "unknown"
-FORMATS = (NATIVE, "hash-keyed", "trace", "vcr")
-IMPORTABLE = ("hash-keyed", "trace", "vcr")
+"""What `detect` says of a file in none of `FORMATS`."""
+
+IMPORTABLE = tuple(sorted(name for name, entry in FORMATS.items() if entry.importable))
 """What ``chaosllm import FORMAT SRC DEST`` converts."""
 
-ALIAS_DIGESTS: Mapping[str, Callable[[JSON], str]] = {
-    Keying.HASH_KEYED: hashkeyed.request_digest,
-}
+ALIAS_DIGESTS: Mapping[str, Callable[[JSON], str]] = MappingProxyType(
+    {
+        entry.keying: entry.alias_digest
+        for entry in FORMATS.values()
+        if entry.alias_digest is not None
+    }
+)
 """For each `Keying` whose digest is not chaosllm's: the digest of an incoming request
 under that keying (the exact matcher looks it up when such exchanges are loaded)."""
 
-_YAML = (".yaml", ".yml")
+RECORDING_SUFFIXES = tuple(dict.fromkeys(s for entry in FORMATS.values() for s in entry.suffixes))
+"""Files a recordings directory is searched for (``.json``, and YAML cassettes)."""
 
-_UNKNOWN_HINT = (
-    "unknown format: this is not a chaosllm recording (a JSON object with "
-    '"chaosllm": 1), a hash-keyed fixture (<sha256>.json holding a "response" '
-    'object), a trace fixture ("model_name" with "turns" or "steps") or a VCR '
-    'cassette ("interactions")'
-)
+
+def _either(shapes: Iterable[str]) -> str:
+    *rest, last = shapes
+    return f"{', '.join(rest)} or {last}" if rest else last
+
+
+UNKNOWN_HINT = "unknown format: this is not " + _either(e.shape for e in FORMATS.values())
+"""The problem of a file in none of `FORMATS`."""
 
 
 def read_data(path: Path) -> JSON:
     """A file's parsed content (YAML for ``.yaml``/``.yml``, else JSON); `RecordingError`
     says why it cannot be read."""
-    if path.suffix.lower() in _YAML:
+    if path.suffix.lower() in YAML_SUFFIXES:
         return _read_yaml(path)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -97,50 +136,51 @@ def _read_yaml(path: Path) -> JSON:
         raise RecordingError(str(path), f"not valid YAML: {exc}") from exc
 
 
+def format_of(path: Path, data: JSON) -> FixtureFormat | None:
+    """The entry of the first format of `FORMATS` a file (its path, its parsed content) is
+    in, or None."""
+    return next((entry for entry in FORMATS.values() if entry.detect(path, data)), None)
+
+
 def detect(path: Path, data: JSON) -> str:
     """The format of a file's parsed content: one of `FORMATS`, or `UNKNOWN`."""
-    if not isinstance(data, dict):
-        return UNKNOWN if path.suffix.lower() in _YAML else NATIVE
-    if "chaosllm" in data or "request" in data:
-        return NATIVE
-    if vcr.looks_like(data):
-        return "vcr"
-    if trace.looks_like(data):
-        return "trace"
-    if hashkeyed.looks_like(data):
-        return "hash-keyed"
-    return UNKNOWN
+    entry = format_of(path, data)
+    return UNKNOWN if entry is None else entry.name
 
 
-def _scenarios(path: Path, root: Path) -> tuple[str, str]:
-    """(the scenario of a one-answer file, the scenario of a whole-run file)."""
-    rel = path.relative_to(root)
-    in_dir = (
-        rel.parent.as_posix() if rel.parent != Path(".") else (root.name or root.resolve().name)
-    )
-    return in_dir, rel.with_suffix("").as_posix()
+def parse_data(path: Path, data: JSON, *, root: Path, fmt: str | None = None) -> list[Exchange]:
+    """The exchanges of file `path` under recordings directory `root`, given its parsed
+    content (`read_data`); with `fmt`, the file must be in that format.
+    `RecordingError` (`UnknownFormat`) says what is wrong."""
+    entry = format_of(path, data)
+    source = str(path)
+    if fmt is not None and (entry is None or entry.name != fmt):
+        if entry is None:
+            raise UnknownFormat(source, f"not a {fmt} file: {UNKNOWN_HINT}")
+        raise RecordingError(source, f"not a {fmt} file (it looks like a {entry.name} file)")
+    if entry is None:
+        raise UnknownFormat(source, UNKNOWN_HINT)
+    return entry.parse(data, Location.of(path, root=root, holds_run=entry.holds_run))
 
 
 def read_file(path: Path, *, root: Path, fmt: str | None = None) -> list[Exchange]:
     """The exchanges of one file under recordings directory `root`; with `fmt`, the file
     must be in that format. `RecordingError` (`UnknownFormat`) says what is wrong."""
-    data = read_data(path)
-    found = detect(path, data)
-    source = str(path)
-    if fmt is not None and found != fmt:
-        if found == UNKNOWN:
-            raise UnknownFormat(source, f"not a {fmt} file: {_UNKNOWN_HINT}")
-        raise RecordingError(source, f"not a {fmt} file (it looks like a {found} file)")
-    in_dir, whole = _scenarios(path, root)
-    if found == NATIVE:
-        return [parse_exchange(data, source=source, scenario=in_dir, name=f"{in_dir}/{path.stem}")]
-    if found == "hash-keyed":
-        return [hashkeyed.parse(data, source=source, scenario=in_dir, stem=path.stem)]
-    if found == "trace":
-        return trace.parse(data, source=source, scenario=whole)
-    if found == "vcr":
-        return vcr.parse(data, source=source, scenario=whole)
-    raise UnknownFormat(source, _UNKNOWN_HINT)
+    return parse_data(path, read_data(path), root=root, fmt=fmt)
+
+
+def recording_files(root: Path) -> list[Path]:
+    """The files under `root` in any of `RECORDING_SUFFIXES` (hidden ones and those in
+    hidden directories left out), in a stable order."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found.extend(
+            Path(dirpath) / f
+            for f in sorted(filenames)
+            if f.endswith(RECORDING_SUFFIXES) and not f.startswith(".")
+        )
+    return found
 
 
 def load_tree(path: Path, *, fmt: str | None = None) -> tuple[list[Exchange], list[RecordingError]]:
@@ -157,7 +197,7 @@ def load_tree(path: Path, *, fmt: str | None = None) -> tuple[list[Exchange], li
     errors: list[RecordingError] = []
     for file in files:
         if file.suffix.lower() not in RECORDING_SUFFIXES:
-            errors.append(UnknownFormat(str(file), _UNKNOWN_HINT))
+            errors.append(UnknownFormat(str(file), UNKNOWN_HINT))
             continue
         try:
             exchanges.extend(read_file(file, root=root, fmt=fmt))

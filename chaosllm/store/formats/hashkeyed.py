@@ -31,20 +31,25 @@ import hashlib
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import JSON, Exchange, Keying, RecordedChunk, RecordedRequest, RecordedResponse
 from chaosllm.providers.openai_chat import DONE_FRAME, sse_frame
+from chaosllm.store.formats.base import FixtureFormat, Location
 
 __all__ = [
     "FIXTURE_NAME",
+    "FORMAT",
     "MESSAGE_KEYS",
     "MODEL",
     "canonical",
     "completion",
+    "detect",
     "looks_like",
     "parse",
+    "parse_file",
     "request_digest",
     "stream_frames",
 ]
@@ -268,3 +273,22 @@ def parse(data: JSON, *, source: str, scenario: str, stem: str) -> Exchange:
         stored_digest=stored if isinstance(stored, str) else None,
         keyed_by=Keying.HASH_KEYED,
     )
+
+
+def detect(path: Path, data: JSON) -> bool:
+    """A hash-keyed fixture, whatever its name (`parse` says when the name is wrong)."""
+    return looks_like(data)
+
+
+def parse_file(data: JSON, at: Location) -> list[Exchange]:
+    return [parse(data, source=at.source, scenario=at.scenario, stem=at.stem)]
+
+
+FORMAT = FixtureFormat(
+    name="hash-keyed",
+    shape='a hash-keyed fixture (<sha256>.json holding a "response" object)',
+    detect=detect,
+    parse=parse_file,
+    keying=Keying.HASH_KEYED,
+    alias_digest=request_digest,
+)

@@ -17,9 +17,9 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaosllm.errors import RecordingError, UnsafePath
+from chaosllm.errors import RecordingError, UnknownFormat, UnsafePath
+from chaosllm.paths import safe_child
 from chaosllm.store.formats import IMPORTABLE, load_tree
-from chaosllm.store.recordings import safe_child
 from chaosllm.store.redact import Redactor
 from chaosllm.store.writer import serialise
 
@@ -52,7 +52,9 @@ def write_atomic(target: Path, text: str) -> None:
 def import_recordings(fmt: str, src: Path, dest: Path, *, overwrite: bool = False) -> ImportResult:
     """Convert `src` (in `fmt`, one of `IMPORTABLE`) into native recordings under `dest`."""
     if fmt not in IMPORTABLE:
-        raise ValueError(f"unknown format {fmt!r}; chaosllm imports: {', '.join(IMPORTABLE)}")
+        raise UnknownFormat(
+            str(src), f"unknown format {fmt!r}; chaosllm imports: {', '.join(IMPORTABLE)}"
+        )
     result = ImportResult()
     exchanges, result.errors = load_tree(Path(src), fmt=fmt)
     redactor = Redactor()

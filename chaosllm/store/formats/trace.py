@@ -31,12 +31,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import JSON, Exchange, Keying, RecordedRequest, RecordedResponse
+from chaosllm.store.formats.base import FixtureFormat, Location
 
-__all__ = ["looks_like", "parse"]
+__all__ = ["FORMAT", "detect", "looks_like", "parse", "parse_file"]
 
 PLAYABLE = ("text", "tool_calls")
 
@@ -265,3 +267,21 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     }
     exchanges[0] = replace(exchanges[0], meta={**exchanges[0].meta, "scenario_info": info})
     return exchanges
+
+
+def detect(path: Path, data: JSON) -> bool:
+    return looks_like(data)
+
+
+def parse_file(data: JSON, at: Location) -> list[Exchange]:
+    return parse(data, source=at.source, scenario=at.scenario)
+
+
+FORMAT = FixtureFormat(
+    name="trace",
+    shape='a trace fixture ("model_name" with "turns" or "steps")',
+    detect=detect,
+    parse=parse_file,
+    keying=Keying.SEQUENCE,
+    holds_run=True,
+)

@@ -22,14 +22,16 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import JSON, Exchange, RecordedChunk, RecordedRequest, RecordedResponse
 from chaosllm.providers import PROVIDERS, Provider, provider_for_path
+from chaosllm.store.formats.base import YAML_SUFFIXES, FixtureFormat, Location
 
-__all__ = ["looks_like", "parse"]
+__all__ = ["FORMAT", "detect", "looks_like", "parse", "parse_file"]
 
 
 def looks_like(data: JSON) -> bool:
@@ -209,3 +211,21 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         f"{len(interactions)} interactions",
     )
     return exchanges
+
+
+def detect(path: Path, data: JSON) -> bool:
+    return looks_like(data)
+
+
+def parse_file(data: JSON, at: Location) -> list[Exchange]:
+    return parse(data, source=at.source, scenario=at.scenario)
+
+
+FORMAT = FixtureFormat(
+    name="vcr",
+    shape='a VCR cassette ("interactions")',
+    detect=detect,
+    parse=parse_file,
+    holds_run=True,
+    suffixes=(".json", *YAML_SUFFIXES),
+)
