@@ -34,7 +34,14 @@ from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.journal import Journal, JournalEntry
 from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
 from chaosllm.errors import InvalidRequest, NoMatch
-from chaosllm.faults import FAULT_TYPES, FaultBoard, FaultContext, Fired, RequestInfo, apply_fault
+from chaosllm.faults import (
+    FaultBoard,
+    FaultContext,
+    Fired,
+    RequestInfo,
+    apply_fault,
+    fault_applies,
+)
 from chaosllm.model import JSON, Exchange, RecordedRequest, RecordedResponse, ResponsePlan
 from chaosllm.providers.base import ErrorKind, Provider
 from chaosllm.store.matching import Match, Matcher
@@ -238,7 +245,7 @@ class Engine:
         fired = None
         if len(self.board):
             plan, fired = self._take_fault(request, plan, exchange.response.body)
-        consumed = match is not None and (fired is None or FAULT_TYPES[fired.type].delivers_answer)
+        consumed = match is not None and (fired is None or fired.spec.entry.delivers_answer)
         if consumed:
             assert match is not None
             self.matcher.consume(match, request.call.session)
@@ -307,17 +314,7 @@ class Engine:
 
         ctx = FaultContext(provider=provider, stream=request.stream, answer=answer, render=render)
 
-        def applies(spec: Any) -> bool:
-            if spec.type in ("malformed_tool_args", "empty_response"):
-                if not isinstance(answer, dict):
-                    return False
-                return (
-                    spec.type != "malformed_tool_args"
-                    or provider.break_tool_arguments(answer) is not None
-                )
-            return True
-
-        fired = self.board.take(request.info, applies)
+        fired = self.board.take(request.info, lambda spec: fault_applies(spec, provider, answer))
         if fired is None:
             return plan, None
         faulted = apply_fault(fired.spec, plan, ctx)
