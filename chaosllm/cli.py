@@ -25,12 +25,12 @@ from chaosllm.config import (
 from chaosllm.doctor import diagnose
 from chaosllm.errors import ChaosLLMError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
-from chaosllm.faults.profiles import list_profiles, load_profile
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
 from chaosllm.store.formats import IMPORTABLE
 from chaosllm.store.formats.importer import import_recordings
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
+from chaosllm.store.profiles import list_profiles, load_profile
 from chaosllm.store.recordings import RecordingStore, shipped_dir
 from chaosllm.testing.probe import (
     BaselineFailed,

@@ -36,9 +36,9 @@ from chaosllm.config import (
 from chaosllm.http.state import ChaosState
 from chaosllm.errors import ServerError
 from chaosllm.faults import parse_fault_specs
-from chaosllm.faults.profiles import load_profile
 from chaosllm.http.app import create_app
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
+from chaosllm.store.profiles import load_profile
 from chaosllm.wire import PlanAborted, WireServer
 
 __all__ = ["ChaosServer", "ServerKind", "run_server"]

@@ -17,7 +17,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.faults import FAULT_TYPES
-from chaosllm.faults.profiles import list_profiles
+from chaosllm.store.profiles import list_profiles
 from tests.conftest import request_body
 
 pytestmark = pytest.mark.timeout(30)

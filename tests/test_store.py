@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 from pathlib import Path
@@ -9,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from chaosllm.errors import RecordingError, UnsafePath
+from chaosllm.errors import InvalidFaultSpec, RecordingError, UnsafePath
 from chaosllm.providers.openai_chat import OpenAIChat
+from chaosllm.store import recordings
+from chaosllm.store.formats import native
+from chaosllm.store.profiles import list_profiles, load_profile
 from chaosllm.store.recordings import (
     RecordingStore,
     exchange_to_json,
@@ -145,3 +149,61 @@ def test_shipped_recordings_all_load() -> None:
     } <= scenarios
     for exchange in store.exchanges:
         assert exchange.stored_digest in (None, exchange.digest), exchange.name
+
+
+def test_the_native_format_is_re_exported_by_recordings() -> None:
+    assert recordings.parse_exchange is native.parse_exchange
+    assert recordings.exchange_to_json is native.exchange_to_json
+    assert recordings.FORMAT_VERSION == native.FORMAT_VERSION == 1
+
+
+def test_shipped_profiles_load_by_name() -> None:
+    names = list_profiles()
+    assert names == sorted(names) and "flaky-provider" in names
+    profile = load_profile("flaky-provider")
+    assert profile.name == "flaky-provider" and profile.description
+    assert [s.type for s in profile.specs][:2] == ["http_503", "http_error"]
+    assert profile.to_json()["faults"][0]["type"] == "http_503"
+
+
+def test_a_profile_file_of_ones_own_loads_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    path.write_text('{"description": "d", "faults": [{"type": "http_429"}]}', "utf-8")
+    profile = load_profile(str(path))
+    assert profile.name == "mine" and [s.type for s in profile.specs] == ["http_429"]
+    assert list_profiles(tmp_path) == ["mine"] and list_profiles(tmp_path / "none") == []
+    assert load_profile("mine", directory=tmp_path).to_json() == profile.to_json()
+
+
+@pytest.mark.parametrize("name", ["../recordings/simple-chat/0001", "/etc/passwd", "a\x00b"])
+def test_a_profile_name_never_leaves_the_profiles_directory(name: str) -> None:
+    with pytest.raises(InvalidFaultSpec, match="bad profile name"):
+        load_profile(name)
+
+
+def test_bad_profiles_say_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(InvalidFaultSpec, match=r"unknown profile 'nope'.*flaky-provider"):
+        load_profile("nope")
+    (tmp_path / "broken.json").write_text("{oops", "utf-8")
+    with pytest.raises(InvalidFaultSpec, match=r"broken\.json: cannot read it"):
+        load_profile("broken", directory=tmp_path)
+    (tmp_path / "odd.json").write_text('{"faults": [{"type": "no_such_fault"}]}', "utf-8")
+    with pytest.raises(InvalidFaultSpec, match="profile odd: "):
+        load_profile("odd", directory=tmp_path)
+
+
+def test_the_faults_package_reads_no_profile_files() -> None:
+    """`chaosllm.faults.profiles` is pure (SPEC): parsing only; reading is the store's."""
+    source = Path(__file__).parent.parent / "chaosllm" / "faults" / "profiles.py"
+    imported: set[str] = set()
+    calls: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            calls.add(node.func.id if isinstance(node.func, ast.Name) else node.func.attr)
+    assert not {m for m in imported if m.split(".")[0] in ("json", "os", "pathlib", "io")}
+    assert not {m for m in imported if m.startswith(("chaosllm.store", "chaosllm.paths"))}
+    assert not calls & {"open", "read_text", "read_bytes", "glob", "is_file"}

@@ -1,21 +1,19 @@
-"""Fault profiles: named schedules of faults kept as JSON files.
+"""Fault profiles: named schedules of faults, as data.
 
-A profile file holds ``{"description": "...", "faults": [spec, ...]}``; the
-specs are armed in order. `load_profile` takes a shipped profile's name (the
-files in `faults/`) or a path to a file of one's own.
+A profile is ``{"description": "...", "faults": [spec, ...]}``; the specs are
+armed in order. `parse_profile` validates one already read; reading them (the
+shipped profiles in ``faults/``, or a file of one's own) is the store's:
+`chaosllm.store.profiles`.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from chaosllm.errors import InvalidFaultSpec, UnsafePath
+from chaosllm.errors import InvalidFaultSpec
 from chaosllm.faults.spec import FaultSpec, parse_fault_specs
-from chaosllm.store.recordings import safe_child, shipped_dir
 
-__all__ = ["Profile", "list_profiles", "load_profile", "parse_profile"]
+__all__ = ["Profile", "parse_profile"]
 
 
 class Profile:
@@ -33,6 +31,7 @@ class Profile:
 
 
 def parse_profile(data: Any, name: str) -> Profile:
+    """The profile `name` from its parsed JSON; `InvalidFaultSpec` says what is wrong."""
     if not isinstance(data, dict) or not isinstance(data.get("faults"), list):
         raise InvalidFaultSpec(
             f"profile {name}: expected an object "
@@ -44,32 +43,3 @@ def parse_profile(data: Any, name: str) -> Profile:
         raise InvalidFaultSpec(f"profile {name}: {exc}") from None
     description = data.get("description", "")
     return Profile(name, description if isinstance(description, str) else "", specs)
-
-
-def list_profiles(directory: Path | None = None) -> list[str]:
-    root = directory or shipped_dir("faults")
-    return sorted(p.stem for p in root.glob("*.json")) if root.is_dir() else []
-
-
-def load_profile(name_or_path: str, directory: Path | None = None) -> Profile:
-    """A shipped profile by name (``flaky-provider``) or a profile file by path."""
-    root = directory or shipped_dir("faults")
-    path = Path(name_or_path)
-    if path.suffix == ".json" and path.is_file():
-        target = path
-    else:
-        try:
-            target = safe_child(root, f"{name_or_path}.json")
-        except UnsafePath as exc:
-            raise InvalidFaultSpec(f"bad profile name: {exc}") from None
-        if not target.is_file():
-            known = ", ".join(list_profiles(root)) or "(none)"
-            raise InvalidFaultSpec(
-                f"unknown profile {name_or_path!r}; shipped profiles: "
-                f"{known}; or give the path of a .json profile file"
-            )
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidFaultSpec(f"profile {target}: cannot read it: {exc}") from None
-    return parse_profile(data, target.stem)

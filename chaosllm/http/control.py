@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chaosllm.errors import InvalidFaultSpec, InvalidRequest, UnknownScenario
 from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs, spec_from_query
-from chaosllm.faults.profiles import Profile, list_profiles, load_profile, parse_profile
 from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
+from chaosllm.store.profiles import Profile, list_profiles, load_profile, parse_profile
 
 __all__ = ["ControlGuard", "control_routes"]
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaosllm.faults.profiles import load_profile
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
 from chaosllm.server import ChaosServer
+from chaosllm.store.profiles import load_profile
 
 __all__ = [
     "BaselineFailed",
