@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from chaosllm.errors import ConfigError
 from chaosllm.paths import shipped_dir
 
 __all__ = [
@@ -38,7 +39,7 @@ class _Choice(str, enum.Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ValueError(
+            raise ConfigError(
                 f"invalid {cls.__name__.lower()} {value!r}; valid values: {valid}"
             ) from None
 
@@ -53,15 +54,15 @@ class Strategy(str, enum.Enum):
         names = [n.strip() for n in text.split(",") if n.strip()]
         valid = ", ".join(s.value for s in cls)
         if not names:
-            raise ValueError(f"empty match order; use a comma-separated list of: {valid}")
+            raise ConfigError(f"empty match order; use a comma-separated list of: {valid}")
         order = []
         for name in names:
             try:
                 order.append(cls(name))
             except ValueError:
-                raise ValueError(f"unknown matcher {name!r}; valid matchers: {valid}") from None
+                raise ConfigError(f"unknown matcher {name!r}; valid matchers: {valid}") from None
         if len(set(order)) != len(order):
-            raise ValueError(f"matcher listed twice in {text!r}")
+            raise ConfigError(f"matcher listed twice in {text!r}")
         return tuple(order)
 
 
@@ -92,11 +93,11 @@ def parse_timing(value: str | float) -> float:
         try:
             scale = float(value)
         except ValueError:
-            raise ValueError(
+            raise ConfigError(
                 f"invalid timing {value!r}; use fast, recorded or a scale factor such as 0.5"
             ) from None
     if not scale >= 0.0 or scale == float("inf"):
-        raise ValueError(f"invalid timing {value!r}: the scale must be a finite number >= 0")
+        raise ConfigError(f"invalid timing {value!r}: the scale must be a finite number >= 0")
     return scale
 
 
@@ -145,7 +146,7 @@ def proxy_dirs(
     than replay need `upstream`; record and record-missing write to `record_dir`, by
     default the first of `recordings` -- never the shipped directory unless it is given
     as `record_dir` explicitly. When `recordings` is not given, a record mode loads only
-    `record_dir` (the shipped examples are not answers of your upstream). ValueError
+    `record_dir` (the shipped examples are not answers of your upstream). `ConfigError`
     says what is missing.
     """
     shipped = shipped_dir("recordings")
@@ -153,7 +154,7 @@ def proxy_dirs(
     if mode is Mode.REPLAY:
         return dirs, None
     if not upstream:
-        raise ValueError(
+        raise ConfigError(
             f"--mode {mode.value} needs --upstream URL: the real provider, "
             f"e.g. --upstream https://api.openai.com"
         )
@@ -161,13 +162,13 @@ def proxy_dirs(
         return dirs, None
     if record_dir is None:
         if not recordings:
-            raise ValueError(
+            raise ConfigError(
                 f"--mode {mode.value} writes recordings: give --record-dir DIR "
                 f"(or --recordings DIR)"
             )
         record_dir = Path(recordings[0])
         if _same_dir(record_dir, shipped):
-            raise ValueError(
+            raise ConfigError(
                 f"refusing to record into the shipped recordings ({shipped}); "
                 f"give --record-dir DIR (naming it explicitly allows it)"
             )

@@ -1,8 +1,12 @@
 """The exception tree of chaosllm.
 
-Library code raises these; only the CLI turns them into exit codes.
+Library code raises these; only the CLI turns them into exit codes. Every error chaosllm
+raises on purpose is a `ChaosLLMError`, and where it refines a builtin it mixes that
+builtin in (in brackets), so ``except ValueError`` written before the tree still works.
 
     ChaosLLMError
+    ├── ConfigError (ValueError)          a configuration that is refused: a `ServerConfig`,
+    │                                     `ChaosServer(...)` argument or CLI flag
     ├── RecordingError (ValueError)       a recording file that cannot be read
     │   └── UnknownFormat                 a file in none of the formats chaosllm reads
     ├── InvalidRequest (ValueError)       a provider request that is malformed
@@ -10,26 +14,62 @@ Library code raises these; only the CLI turns them into exit codes.
     ├── UnknownScenario (LookupError)     a scenario name that is not loaded
     ├── InvalidFaultSpec (ValueError)     a fault spec that cannot be armed
     ├── UnsafePath (ValueError)           a name that would escape its directory
-    └── ServerError (RuntimeError)        the server failed to start or stop
+    ├── ServerError (RuntimeError)        the server failed to start or stop
+    ├── PlanAborted                       `send_plan` under a plain ASGI server: abort
+    │                                     the connection (the server logs it)
+    ├── NotRecordable                     an upstream answer that is not written
+    ├── UpstreamError                     the recording proxy's upstream failed
+    │   ├── ConnectFailed                 no connection (refused, unknown host, TLS)
+    │   ├── UpstreamTimeout               connecting, sending or waiting took too long
+    │   ├── ClosedBeforeAnswer            closed (or not HTTP) before an answer
+    │   ├── ResetBeforeAnswer             reset before an answer
+    │   └── DroppedMidAnswer              the answer stopped before its end
+    ├── ResilienceViolation (AssertionError)   a client broke a resilience property
+    │   └── Hung                          a call did not finish within its bound
+    └── BaselineFailed (RuntimeError)     `chaosllm probe`: the program fails with no fault
+
+All of them are defined here except `BaselineFailed`, which carries the `ProbeRun` of the
+failed baseline and so lives in `chaosllm.testing.probe` (this module imports nothing of
+chaosllm). The upstream errors, `PlanAborted` and `NotRecordable` refine `Exception` alone:
+an `OSError` or `TimeoutError` base would let the transports' own ``except OSError`` and
+``except TimeoutError`` catch them. The one exception class outside the tree is the private
+``_Gone`` of `chaosllm.wire.server`, a signal that the client left, raised and caught inside
+`WireServer` and never seen by a caller.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ChaosLLMError",
+    "ClosedBeforeAnswer",
+    "ConfigError",
+    "ConnectFailed",
+    "DroppedMidAnswer",
+    "Hung",
     "InvalidFaultSpec",
     "InvalidRequest",
     "NoMatch",
+    "NotRecordable",
+    "PlanAborted",
     "RecordingError",
+    "ResetBeforeAnswer",
+    "ResilienceViolation",
     "ServerError",
     "UnknownFormat",
     "UnknownScenario",
     "UnsafePath",
+    "UpstreamError",
+    "UpstreamTimeout",
 ]
 
 
 class ChaosLLMError(Exception):
     """Base class of every error chaosllm raises on purpose."""
+
+
+class ConfigError(ChaosLLMError, ValueError):
+    """A configuration that is refused (a mode without its upstream, an unknown matcher, a
+    bad timing...); the message names the setting and the valid values."""
 
 
 class RecordingError(ChaosLLMError, ValueError):
@@ -81,3 +121,44 @@ class UnsafePath(ChaosLLMError, ValueError):
 
 class ServerError(ChaosLLMError, RuntimeError):
     """The server could not start (port in use, bad configuration) or stop."""
+
+
+class PlanAborted(ChaosLLMError):
+    """Raised by `send_plan` under a plain ASGI server to make it abort the connection."""
+
+
+class NotRecordable(ChaosLLMError):
+    """An upstream answer that is not written (the reason is the message)."""
+
+
+class UpstreamError(ChaosLLMError):
+    """The upstream failed; the subclass says how."""
+
+
+class ConnectFailed(UpstreamError):
+    """No connection could be made (refused, unknown host, TLS handshake failed)."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """Connecting, sending or waiting for the answer took too long."""
+
+
+class ClosedBeforeAnswer(UpstreamError):
+    """The upstream closed the connection (or sent something that is not HTTP) before
+    an answer."""
+
+
+class ResetBeforeAnswer(UpstreamError):
+    """The upstream reset the connection before an answer."""
+
+
+class DroppedMidAnswer(UpstreamError):
+    """The answer stopped before its end (connection closed or reset mid-body)."""
+
+
+class ResilienceViolation(ChaosLLMError, AssertionError):
+    """A client broke a resilience property."""
+
+
+class Hung(ResilienceViolation):
+    """A call did not finish within its bound."""

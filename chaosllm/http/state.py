@@ -9,6 +9,7 @@ import os
 
 from chaosllm.config import Mode, ServerConfig
 from chaosllm.core.engine import Engine
+from chaosllm.errors import ConfigError
 from chaosllm.model import Exchange
 from chaosllm.record.proxy import Upstream
 from chaosllm.store.recordings import RecordingStore
@@ -36,11 +37,11 @@ class ChaosState(Engine):
         upstream = writer = None
         if config.mode is not Mode.REPLAY:
             if not config.upstream:
-                raise ValueError(f"--mode {config.mode.value} needs an upstream URL")
+                raise ConfigError(f"--mode {config.mode.value} needs an upstream URL")
             upstream = Upstream(config.upstream)
         if config.mode in (Mode.RECORD, Mode.RECORD_MISSING):
             if config.record_dir is None:
-                raise ValueError(f"--mode {config.mode.value} needs a directory to record to")
+                raise ConfigError(f"--mode {config.mode.value} needs a directory to record to")
             writer = RecordingWriter(config.record_dir, redactor=redactor)
             writer.scenario_dir(config.record_scenario)  # UnsafePath (a ValueError) if bad
             _prepare_record_dir(config)

@@ -33,6 +33,15 @@ import anyio
 import anyio.abc
 import h11
 
+from chaosllm.errors import (
+    ClosedBeforeAnswer,
+    ConnectFailed,
+    DroppedMidAnswer,
+    ResetBeforeAnswer,
+    UpstreamError,
+    UpstreamTimeout,
+)
+
 __all__ = [
     "ClosedBeforeAnswer",
     "ConnectFailed",
@@ -46,31 +55,6 @@ __all__ = [
 ]
 
 _READ_SIZE = 65536
-
-
-class UpstreamError(Exception):
-    """The upstream failed; the subclass says how."""
-
-
-class ConnectFailed(UpstreamError):
-    """No connection could be made (refused, unknown host, TLS handshake failed)."""
-
-
-class UpstreamTimeout(UpstreamError):
-    """Connecting, sending or waiting for the answer took too long."""
-
-
-class ClosedBeforeAnswer(UpstreamError):
-    """The upstream closed the connection (or sent something that is not HTTP) before
-    an answer."""
-
-
-class ResetBeforeAnswer(UpstreamError):
-    """The upstream reset the connection before an answer."""
-
-
-class DroppedMidAnswer(UpstreamError):
-    """The answer stopped before its end (connection closed or reset mid-body)."""
 
 
 @dataclass(frozen=True)

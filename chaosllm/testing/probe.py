@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaosllm.errors import ChaosLLMError
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
 from chaosllm.server import ChaosServer
 from chaosllm.store.profiles import load_profile
@@ -188,7 +189,9 @@ def _classify(run: ProbeRun, baseline: ProbeRun) -> Verdict:
     return Verdict.RECOVERED if run.stdout == baseline.stdout else Verdict.WRONG_ANSWER
 
 
-class BaselineFailed(RuntimeError):
+class BaselineFailed(ChaosLLMError, RuntimeError):
+    """The probed program fails without any fault; `run` is that baseline run."""
+
     def __init__(self, run: ProbeRun) -> None:
         super().__init__(
             f"the program fails without any fault (exit {run.exit_code}"

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from chaosllm.errors import ChaosLLMError
+from chaosllm.errors import Hung, ResilienceViolation
 
 __all__ = [
     "Hung",
@@ -38,14 +38,6 @@ __all__ = [
 
 T = TypeVar("T")
 Journal = Sequence[Mapping[str, Any]]
-
-
-class ResilienceViolation(ChaosLLMError, AssertionError):
-    """A client broke a resilience property."""
-
-
-class Hung(ResilienceViolation):
-    """A call did not finish within its bound."""
 
 
 def format_journal(journal: Journal) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import anyio
 
+from chaosllm.errors import PlanAborted
 from chaosllm.model import Ending, Framing, Outcome, PlanReport, ResponsePlan
 
 __all__ = [
@@ -51,10 +52,6 @@ logger = logging.getLogger("chaosllm.wire")
 _warned: set[str] = set()
 
 _FRAMING_HEADERS: Final = frozenset({"content-length", "transfer-encoding"})
-
-
-class PlanAborted(Exception):
-    """Raised by `send_plan` under a plain ASGI server to make it abort the connection."""
 
 
 async def send_plan(
