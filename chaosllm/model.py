@@ -117,9 +117,6 @@ class Exchange:
     """`Keying`: what `digest` is and which matchers can find the exchange. For
     `Keying.HASH_KEYED` the digest is the fixture's own; for `Keying.SEQUENCE` the
     request is a placeholder and the digest only names it."""
-    cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Renderings of this (immutable) exchange, kept by its provider: serialising the
-    same answer on every request was the largest cost of a replay."""
 
 
 class Framing(enum.Enum):

@@ -10,9 +10,18 @@ from starlette.responses import JSONResponse
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.state import ChaosState
-from chaosllm.providers.openai_chat import error_body
+from chaosllm.providers import DEFAULT_PROVIDER, provider_for_path
+from chaosllm.providers.base import ErrorKind
+from chaosllm.providers.openai_common import openai_envelope
 
-__all__ = ["BAD_JSON", "SESSION_HEADER", "chaos_state", "json_body", "openai_error"]
+__all__ = [
+    "BAD_JSON",
+    "SESSION_HEADER",
+    "chaos_state",
+    "error_response",
+    "json_body",
+    "openai_error",
+]
 
 SESSION_HEADER = "x-chaosllm-session"
 
@@ -30,7 +39,24 @@ def openai_error(
     code: str | None = None,
     param: str | None = None,
 ) -> JSONResponse:
-    return JSONResponse(error_body(message, type_, code, param), status_code=status)
+    """An error in OpenAI's envelope (the control plane's, whatever the client)."""
+    return JSONResponse(openai_envelope(message, type_, code, param), status_code=status)
+
+
+def error_response(
+    path: str,
+    status: int,
+    message: str,
+    *,
+    kind: str = ErrorKind.INVALID_REQUEST,
+    code: str | None = None,
+    param: str | None = None,
+) -> JSONResponse:
+    """An error chaosllm answers on `path`, in the envelope of the protocol served there
+    (OpenAI's on any other path): a 404/405 on a provider path, say."""
+    provider = provider_for_path(path) or DEFAULT_PROVIDER
+    body = provider.error_body(status, message, kind=kind, code=code, param=param)
+    return JSONResponse(body, status_code=status)
 
 
 async def json_body(request: Request) -> Any:

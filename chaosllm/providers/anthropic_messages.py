@@ -33,28 +33,18 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
-from chaosllm.providers.base import ErrorKind, canonical_json, sha256_digest
+from chaosllm.model import JSON
+from chaosllm.providers.base import ErrorKind, Provider, text_pieces, type_name
+from chaosllm.providers.conversation import ANTHROPIC_CHECKS
+from chaosllm.providers.sse import event_frame, event_types, iter_events
 
-__all__ = [
-    "AnthropicMessages",
-    "error_body",
-    "error_type_for_status",
-    "iter_events",
-    "sse_event",
-]
+__all__ = ["AnthropicMessages", "iter_events", "sse_event"]
 
 ROLES = ("user", "assistant")
-JSON_HEADERS = (("content-type", "application/json"),)
-SSE_HEADERS = (
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-)
 
 _STATUS_ERROR_TYPES: Mapping[int, str] = {
     400: "invalid_request_error",
@@ -69,77 +59,25 @@ _STATUS_ERROR_TYPES: Mapping[int, str] = {
     504: "timeout_error",
     529: "overloaded_error",
 }
+_KIND_TYPES: Mapping[str, str] = {
+    ErrorKind.INVALID_REQUEST: "invalid_request_error",
+    ErrorKind.NOT_FOUND: "not_found_error",
+}
 
-_FINISHING = frozenset({"message_delta", "message_stop", "error"})
-_TEXT_PIECE = re.compile(r"\s*\S+|\s+")
+sse_event = event_frame
+"""One frame: ``event: <type>`` and the compact JSON payload (`sse.event_frame`)."""
 
 
-def error_type_for_status(status: int) -> str:
+def _error_type(status: int) -> str:
     """The Anthropic error `type` a real API uses for an HTTP status."""
     if status in _STATUS_ERROR_TYPES:
         return _STATUS_ERROR_TYPES[status]
     return "api_error" if status >= 500 else "invalid_request_error"
 
 
-def error_body(message: str, type_: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": type_, "message": message}}
-
-
-def sse_event(payload: Mapping[str, Any]) -> str:
-    """One frame: ``event: <type>`` and the compact JSON payload."""
-    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    return f"event: {payload['type']}\ndata: {data}\n\n"
-
-
-def iter_events(frames: Sequence[str]) -> Iterator[tuple[str | None, str]]:
-    """(event name, data) of each SSE event in `frames` (multi-line data joined)."""
-    for frame in frames:
-        for event in frame.replace("\r\n", "\n").split("\n\n"):
-            name = None
-            lines = []
-            for line in event.split("\n"):
-                if line.startswith("event:"):
-                    name = line[6:].strip()
-                elif line.startswith("data:"):
-                    lines.append(line[5:].removeprefix(" "))
-            if lines:
-                yield name, "\n".join(lines)
-
-
-def _event_types(frames: Sequence[str]) -> Iterator[str]:
-    for name, data in iter_events(frames):
-        if name:
-            yield name
-            continue
-        try:
-            payload = json.loads(data)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(payload, dict) and isinstance(payload.get("type"), str):
-            yield payload["type"]
-
-
-def _text_pieces(text: str) -> list[str]:
-    return _TEXT_PIECE.findall(text) or [text]
-
-
 def _json_pieces(text: str) -> list[str]:
     """`partial_json` fragments as the API streams them: a few characters at a time."""
     return [text[i : i + 10] for i in range(0, len(text), 10)]
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
 
 
 def _fail(message: str, param: str, code: str = "invalid_request_error") -> InvalidRequest:
@@ -165,17 +103,25 @@ def _validate_blocks(blocks: list[Any], where: str) -> None:
             raise _fail(f"{where}.{j}.type: Field required", f"{where}.{j}.type")
 
 
-class AnthropicMessages:
+def _list_type(value: object) -> str:
+    return type_name(value, array="a list")
+
+
+class AnthropicMessages(Provider):
     """The `anthropic.messages` provider (``POST /v1/messages``)."""
 
     name = "anthropic.messages"
     paths = ("/v1/messages",)
+    conversation = ANTHROPIC_CHECKS
+    client_header = "anthropic-version"
+    arguments_key = "input"
+    finishing_events = frozenset({"message_delta", "message_stop", "error"})
 
     # -- requests ---------------------------------------------------------------
 
     def validate(self, body: JSON) -> None:
         if not isinstance(body, dict):
-            raise _fail(f"Input should be an object, but got {_type_name(body)}.", "body")
+            raise _fail(f"Input should be an object, but got {_list_type(body)}.", "body")
         for key in ("model", "max_tokens", "messages"):
             if key not in body:
                 raise _fail(f"{key}: Field required", key)
@@ -211,7 +157,7 @@ class AnthropicMessages:
             elif not isinstance(content, str):
                 raise _fail(
                     f"messages.{i}.content: Input should be a valid string or a valid "
-                    f"list, but got {_type_name(content)}",
+                    f"list, but got {_list_type(content)}",
                     f"messages.{i}.content",
                 )
         system = body.get("system")
@@ -244,62 +190,15 @@ class AnthropicMessages:
             }
         )
 
-    def digest(self, body: JSON) -> str:
-        return sha256_digest(self.canonical(body))
-
-    def match_text(self, body: JSON) -> str:
-        return canonical_json(self.canonical(body))
-
-    def turn_text(self, body: JSON) -> str:
-        messages = self.canonical(body)["messages"]
-        return canonical_json(messages[-1] if messages else None)
-
-    def wants_stream(self, body: JSON) -> bool:
-        return bool(isinstance(body, dict) and body.get("stream") is True)
-
     # -- responses --------------------------------------------------------------
 
-    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
-        response = exchange.response
-        is_answer = (
-            response.status < 400
-            and isinstance(response.body, dict)
-            and response.body.get("type") == "message"
-        )
-        if not is_answer or not self.wants_stream(body):
-            key: tuple[Any, ...] = ("json",)
-        elif response.chunks is not None:
-            key = ("chunks", timing)
-        else:
-            key = ("sse",)
-        plan = exchange.cache.get(key)
-        if plan is None:
-            plan = exchange.cache[key] = self._render(exchange, key, timing)
-        return plan
+    def is_answer(self, body: JSON) -> bool:
+        return isinstance(body, dict) and body.get("type") == "message"
 
-    def _render(self, exchange: Exchange, key: tuple[Any, ...], timing: float) -> ResponsePlan:
-        response = exchange.response
-        headers = tuple(response.headers)
-        if key[0] == "json":
-            data = json.dumps(_json_body(response.body), ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(
-                status=response.status,
-                headers=JSON_HEADERS + headers,
-                pieces=(Piece(data, frame=False),),
-            )
-        if key[0] == "chunks":
-            assert response.chunks is not None
-            pieces = tuple(
-                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
-            )
-        else:
-            pieces = tuple(Piece(f.encode("utf-8")) for f in self.stream_frames(response.body))
-        return ResponsePlan(
-            status=response.status,
-            headers=SSE_HEADERS + headers,
-            pieces=pieces,
-            framing=Framing.CHUNKED,
-        )
+    def json_answer(self, body: JSON) -> JSON:
+        """A broken tool input (a string, see the module doc) is what the API returns for a
+        tool call cut off by max_tokens: an empty object."""
+        return _json_body(body)
 
     def stream_frames(self, message: Mapping[str, Any]) -> list[str]:
         """SSE frames equivalent to a `message` body, as the API would stream it."""
@@ -308,17 +207,17 @@ class AnthropicMessages:
         start.update(content=[], stop_reason=None, stop_sequence=None)
         if isinstance(usage, dict):
             start["usage"] = {**usage, "output_tokens": min(1, usage.get("output_tokens") or 0)}
-        frames = [sse_event({"type": "message_start", "message": start})]
+        frames = [event_frame({"type": "message_start", "message": start})]
         blocks = message.get("content") or []
         for index, block in enumerate(blocks):
             frames.extend(_block_frames(index, block))
             if index == 0:
-                frames.insert(2, sse_event({"type": "ping"}))
+                frames.insert(2, event_frame({"type": "ping"}))
         if not blocks:
-            frames.append(sse_event({"type": "ping"}))
+            frames.append(event_frame({"type": "ping"}))
         delta_usage: dict[str, Any] = {"output_tokens": (usage or {}).get("output_tokens", 0)}
         frames.append(
-            sse_event(
+            event_frame(
                 {
                     "type": "message_delta",
                     "delta": {
@@ -329,29 +228,32 @@ class AnthropicMessages:
                 }
             )
         )
-        frames.append(sse_event({"type": "message_stop"}))
+        frames.append(event_frame({"type": "message_stop"}))
         return frames
 
-    def render_error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str,
-        code: str | None = None,
-        param: str | None = None,
-        stream: bool = False,
-    ) -> ResponsePlan:
-        if kind == ErrorKind.INVALID_REQUEST:
-            type_ = "invalid_request_error"
-        elif kind == ErrorKind.NOT_FOUND:
-            type_ = "not_found_error"
-        else:
-            type_ = error_type_for_status(status)
-        data = json.dumps(error_body(message, type_), ensure_ascii=False)
-        return ResponsePlan(
-            status=status, headers=JSON_HEADERS, pieces=(Piece(data.encode("utf-8"), frame=False),)
-        )
+    def envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """``{"type": "error", "error": {"type", "message"}}`` (no code, no param)."""
+        type_ = _KIND_TYPES.get(kind or "") or _error_type(status)
+        return {"type": "error", "error": {"type": type_, "message": message}}
+
+    def models_body(self, model_ids: Sequence[str]) -> JSON:
+        """Anthropic's own list shape (what its SDK's ``models.list`` reads)."""
+        return {
+            "data": [
+                {
+                    "type": "model",
+                    "id": model,
+                    "display_name": model,
+                    "created_at": "1970-01-01T00:00:00Z",
+                }
+                for model in model_ids
+            ],
+            "has_more": False,
+            "first_id": model_ids[0] if model_ids else None,
+            "last_id": model_ids[-1] if model_ids else None,
+        }
 
     # -- assembly ---------------------------------------------------------------
 
@@ -386,23 +288,12 @@ class AnthropicMessages:
         return message
 
     def stream_complete(self, frames: Sequence[str]) -> bool:
-        return any(kind in ("message_stop", "error") for kind in _event_types(frames))
+        return any(kind in ("message_stop", "error") for kind in event_types(frames))
 
     # -- what faults need -------------------------------------------------------
 
-    def answer_frame_count(self, plan: ResponsePlan) -> int:
-        for i, piece in enumerate(plan.pieces):
-            if any(
-                kind in _FINISHING for kind in _event_types([piece.data.decode("utf-8", "replace")])
-            ):
-                return i
-        return len(plan.pieces)
-
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
-        return sse_event(error_body(message, error_type_for_status(status))).encode("utf-8")
-
-    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
-        return error_body(message, error_type_for_status(status))
+        return event_frame(self.error_answer(message, status=status)).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
@@ -414,16 +305,15 @@ class AnthropicMessages:
             usage["output_tokens"] = 0
         return empty
 
-    def break_tool_arguments(self, body: JSON) -> JSON | None:
-        broken = copy.deepcopy(body)
-        found = False
-        for block in broken.get("content") or []:
+    def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
+        for block in answer.get("content") or []:
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                block["input"] = _cut_json(json.dumps(block.get("input") or {}))
-                found = True
-        if not found:
-            return None
-        broken["stop_reason"] = "max_tokens"
+                yield block
+
+    def break_tool_arguments(self, body: JSON) -> JSON | None:
+        broken = super().break_tool_arguments(body)
+        if broken is not None:
+            broken["stop_reason"] = "max_tokens"
         return broken
 
     # -- fallback ---------------------------------------------------------------
@@ -468,7 +358,7 @@ def _block_frames(index: int, block: Mapping[str, Any]) -> list[str]:
     if kind == "text":
         start["text"] = ""
         start.pop("citations", None)
-        deltas = [{"type": "text_delta", "text": p} for p in _text_pieces(block.get("text", ""))]
+        deltas = [{"type": "text_delta", "text": p} for p in text_pieces(block.get("text", ""))]
     elif kind in ("tool_use", "server_tool_use"):
         value = block.get("input")
         text = value if isinstance(value, str) else json.dumps(value) if value else ""
@@ -479,15 +369,15 @@ def _block_frames(index: int, block: Mapping[str, Any]) -> list[str]:
         start.update(thinking="", signature="")
         deltas = [
             {"type": "thinking_delta", "thinking": p}
-            for p in _text_pieces(block.get("thinking", ""))
+            for p in text_pieces(block.get("thinking", ""))
         ]
         if block.get("signature"):
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
-    frames = [sse_event({"type": "content_block_start", "index": index, "content_block": start})]
+    frames = [event_frame({"type": "content_block_start", "index": index, "content_block": start})]
     frames += [
-        sse_event({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas
+        event_frame({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas
     ]
-    frames.append(sse_event({"type": "content_block_stop", "index": index}))
+    frames.append(event_frame({"type": "content_block_stop", "index": index}))
     return frames
 
 
@@ -505,13 +395,3 @@ def _apply_delta(
         block["signature"] = delta.get("signature", "")
     elif kind == "citations_delta":
         block.setdefault("citations", []).append(delta.get("citation"))
-
-
-def _cut_json(text: str) -> str:
-    """A prefix of `text` that is not valid JSON (what a cut-off generation looks like)."""
-    cut = text[: max(1, len(text) // 2)] if text else "{"
-    try:
-        json.loads(cut)
-    except json.JSONDecodeError:
-        return cut
-    return cut + '{"'

@@ -1,21 +1,67 @@
-"""What every provider protocol offers the rest of chaosllm.
+"""The shared provider base: what every protocol offers the rest of chaosllm. Pure.
 
-A provider is pure: it validates and canonicalises requests, renders
-exchanges into response plans, renders its own error envelope, and assembles
-a recorded stream back into a non-stream body. Faults and the wire layer only
-see plans, so a new protocol never touches them.
+Theory of operation
+-------------------
+A provider validates and canonicalises requests, renders exchanges into
+response plans, renders its own error envelope, checks the conversation a
+client sends, and assembles a recorded stream back into a non-stream body.
+Faults and the wire layer only see plans, so a new protocol never touches
+them.
+
+`Provider` holds everything that is the same for every protocol, once:
+
+- the digest and the text nearest matching compares, both derived from the
+  provider's `canonical` request;
+- rendering: a recorded answer is served as JSON, as its recorded frames
+  (gaps scaled by ``timing``), or as frames rendered from its body
+  (`stream_frames`, with the request's `stream_variant` options); which of
+  these is the `Variant`;
+- the render cache: serialising the same answer on every request was the
+  largest cost of a replay, so each provider keeps its renderings in a
+  bounded `RenderCache`, per recorded response (by identity) and variant (an
+  exchange is immutable; an adapted exchange has a new response, hence
+  renderings of its own);
+- the error plan built from the provider's `error_body`, the model list, and
+  which frames of a stream finish the answer (`finishing_events`).
+
+A protocol subclass supplies what differs: validation, the canonical request,
+its answer shape, its stream events, its error envelope, its conversation
+checks and the answers faults need. The SSE framing itself is
+`chaosllm.providers.sse`.
 """
 
 from __future__ import annotations
 
+import abc
+import copy
 import hashlib
 import json
-from collections.abc import Sequence
-from typing import Protocol
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar, Final
 
-from chaosllm.model import JSON, Exchange, ResponsePlan
+from chaosllm.model import JSON, Exchange, Framing, Piece, RecordedResponse, ResponsePlan
+from chaosllm.providers import sse
+from chaosllm.providers.conversation import ConversationChecks, Finding
 
-__all__ = ["ErrorKind", "Provider", "canonical_json", "sha256_digest"]
+__all__ = [
+    "JSON_HEADERS",
+    "ErrorKind",
+    "Provider",
+    "RenderCache",
+    "canonical_json",
+    "cut_json",
+    "sha256_digest",
+    "text_pieces",
+    "type_name",
+]
+
+JSON_HEADERS: Final = (("content-type", "application/json"),)
+
+# A piece of streamed text: a word with the whitespace before it (how tokens look).
+_TEXT_PIECE = re.compile(r"\s*\S+|\s+")
 
 
 def canonical_json(value: JSON) -> str:
@@ -27,6 +73,36 @@ def sha256_digest(value: JSON) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
+def text_pieces(text: str) -> list[str]:
+    """Streamed text as deltas: a word each, with the whitespace before it."""
+    return _TEXT_PIECE.findall(text) or [text]
+
+
+def cut_json(text: str) -> str:
+    """A prefix of `text` that is not valid JSON (what a cut-off generation looks like)."""
+    cut = text[: max(1, len(text) // 2)] if text else "{"
+    try:
+        json.loads(cut)
+    except json.JSONDecodeError:
+        return cut
+    return cut + '{"'
+
+
+def type_name(value: object, *, array: str = "an array") -> str:
+    """How a validation message names a JSON value's type (`array`: a list's name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return array
+    return "an object"
+
+
 class ErrorKind:
     """Provider-neutral names of the errors chaosllm itself produces."""
 
@@ -36,31 +112,235 @@ class ErrorKind:
     SERVER_ERROR = "server_error"
 
 
-class Provider(Protocol):
-    name: str
-    """Recording `provider` field, e.g. ``openai.chat``."""
+RENDER_CACHE_RESPONSES: Final = 4096
+RENDER_CACHE_BYTES: Final = 64 * 1024 * 1024
 
+Variant = str | float
+"""Which rendering of a recorded response: ``"json"``, a stream rendered from the body
+(`Provider.stream_variant`'s key), or recorded frames at a timing (the float)."""
+JSON_VARIANT: Final = "json"
+SSE_VARIANT: Final[tuple[str, Mapping[str, Any]]] = ("sse", MappingProxyType({}))
+"""A stream rendered from the body with no request options (`Provider.stream_variant`)."""
+
+
+class RenderCache:
+    """Plans rendered from recorded responses: per response (by identity) a plan per
+    `Variant`.
+
+    A slot keeps its response alive, so its id cannot be reused by another object
+    while the slot exists, and a lookup checks the identity anyway. Bounded by the
+    responses held and the bytes of their plans: the oldest go first. Lookups take no
+    lock (dict reads); inserts do, so that threads sharing a provider (several servers
+    in one process) never corrupt it."""
+
+    __slots__ = ("_bytes", "_lock", "max_bytes", "max_responses", "slots")
+
+    def __init__(
+        self, max_responses: int = RENDER_CACHE_RESPONSES, max_bytes: int = RENDER_CACHE_BYTES
+    ) -> None:
+        self.max_responses = max_responses
+        self.max_bytes = max_bytes
+        self.slots: dict[int, tuple[RecordedResponse, dict[Variant, ResponsePlan]]] = {}
+        """``id(response)`` -> (the response, its plans by variant)."""
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return sum(len(plans) for _, plans in list(self.slots.values()))
+
+    def get(self, response: RecordedResponse, variant: Variant) -> ResponsePlan | None:
+        slot = self.slots.get(id(response))
+        if slot is not None and slot[0] is response:
+            return slot[1].get(variant)
+        return None
+
+    def put(self, response: RecordedResponse, variant: Variant, plan: ResponsePlan) -> None:
+        size = plan.body_length
+        if size > self.max_bytes:
+            return
+        key = id(response)
+        with self._lock:
+            slot = self.slots.get(key)
+            if slot is None or slot[0] is not response:
+                self._drop(key)
+                slot = self.slots[key] = (response, {})
+            old = slot[1].get(variant)
+            self._bytes += size - (old.body_length if old is not None else 0)
+            slot[1][variant] = plan
+            while len(self.slots) > self.max_responses or self._bytes > self.max_bytes:
+                self._drop(next(iter(self.slots)))
+
+    def _drop(self, key: int) -> None:
+        slot = self.slots.pop(key, None)
+        if slot is not None:
+            self._bytes -= sum(plan.body_length for plan in slot[1].values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self.slots.clear()
+            self._bytes = 0
+
+
+class Provider(abc.ABC):
+    """One protocol. Subclasses set the class attributes and implement the abstract
+    methods; `chaosllm.providers.PROVIDERS` holds one instance of each."""
+
+    name: ClassVar[str]
+    """Recording `provider` field, e.g. ``openai.chat``."""
+    paths: ClassVar[tuple[str, ...]] = ()
+    """The request paths it serves (``POST``); routes and the wire's envelope use them."""
+    client_header: ClassVar[str | None] = None
+    """A request header only this protocol's SDK sends (how a shared endpoint such as
+    ``GET /v1/models`` tells the protocol asking)."""
+    turn_key: ClassVar[str] = "messages"
+    """The canonical request's field holding the conversation, turn by turn."""
+    finishing_events: ClassVar[frozenset[str]] = frozenset()
+    """Stream event types that finish an answer (see `answer_frame_count`)."""
+
+    def __init__(self) -> None:
+        self.renders = RenderCache()
+        self._slots = self.renders.slots
+
+    # -- requests ---------------------------------------------------------------------
+
+    @abc.abstractmethod
     def validate(self, body: JSON) -> None:
         """Raise `InvalidRequest` for a body the real provider would refuse."""
 
-    def canonical(self, body: JSON) -> JSON:
-        """What decides the answer: the digest and nearest matching are computed over it."""
+    @abc.abstractmethod
+    def canonical(self, body: JSON) -> Any:
+        """What decides the answer: the digest and nearest matching are computed over it
+        (a JSON object holding `turn_key`)."""
 
-    def digest(self, body: JSON) -> str: ...
+    def digest(self, body: JSON) -> str:
+        return sha256_digest(self.canonical(body))
 
     def match_text(self, body: JSON) -> str:
         """The text nearest matching compares (before normalisation)."""
+        return canonical_json(self.canonical(body))
 
     def turn_text(self, body: JSON) -> str:
         """The latest turn of the conversation (what the answer replies to): nearest
         matching requires it to be near-identical too, so that a long shared prefix
         cannot make a different question look the same."""
+        turns = self.canonical(body)[self.turn_key]
+        if isinstance(turns, list):
+            return canonical_json(turns[-1] if turns else None)
+        return canonical_json(turns)
 
-    def wants_stream(self, body: JSON) -> bool: ...
+    def wants_stream(self, body: JSON) -> bool:
+        return bool(isinstance(body, dict) and body.get("stream") is True)
+
+    def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
+        """What of the request shapes a stream rendered from a body: a cache key naming it
+        (a constant string, cheap to hash) and the keyword arguments of `stream_frames`."""
+        return SSE_VARIANT
+
+    # -- the conversation (the request-validator oracle) ------------------------------
+
+    conversation: ClassVar[ConversationChecks]
+    """The protocol's conversation checks (`chaosllm.providers.conversation`)."""
+
+    def conversation_findings(self, body: JSON, *, expects_system: bool = False) -> list[Finding]:
+        """The defects of the conversation a request carries (orphan tool calls and
+        results, role order, ...); `expects_system`: the recording answering it had a
+        system prompt."""
+        return self.conversation.findings(body, expects_system=expects_system)
+
+    def has_system_prompt(self, body: JSON) -> bool:
+        """Whether a request carries a system prompt."""
+        return self.conversation.has_system_prompt(body)
+
+    # -- responses --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def is_answer(self, body: JSON) -> bool:
+        """Whether a body is this protocol's answer (what a stream can be rendered from)."""
+
+    @abc.abstractmethod
+    def stream_frames(self, answer: Mapping[str, Any]) -> list[str]:
+        """SSE frames equivalent to an answer body, as the API would stream it."""
+
+    def json_answer(self, body: JSON) -> JSON:
+        """The body a non-stream request gets for a recorded body (itself by default)."""
+        return body
 
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
         """The plan answering request `body` with `exchange`; `timing` scales recorded gaps
         (0 = as fast as possible, 1 = as recorded)."""
+        response = exchange.response
+        options = SSE_VARIANT[1]
+        variant: Variant
+        if (
+            response.status >= 400
+            or not self.wants_stream(body)
+            or not self.is_answer(response.body)
+        ):
+            # A JSON answer (or a recorded error answer, whatever was asked).
+            variant = JSON_VARIANT
+        elif response.chunks is not None:
+            variant = float(timing)
+        else:
+            variant, options = self.stream_variant(body)
+        # RenderCache.get, inline: this is every replayed request's path.
+        slot = self._slots.get(id(response))
+        if slot is not None and slot[0] is response:
+            plan = slot[1].get(variant)
+            if plan is not None:
+                return plan
+        plan = self._render(response, variant, options, timing)
+        self.renders.put(response, variant, plan)
+        return plan
+
+    def _render(
+        self,
+        response: RecordedResponse,
+        variant: Variant,
+        options: Mapping[str, Any],
+        timing: float,
+    ) -> ResponsePlan:
+        headers = tuple(response.headers)
+        if variant == JSON_VARIANT:
+            data = json.dumps(self.json_answer(response.body), ensure_ascii=False)
+            return ResponsePlan(
+                status=response.status,
+                headers=JSON_HEADERS + headers,
+                pieces=(Piece(data.encode("utf-8"), frame=False),),
+            )
+        if isinstance(variant, float):
+            assert response.chunks is not None
+            pieces = tuple(
+                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
+            )
+        else:
+            frames = self.stream_frames(response.body, **options)
+            pieces = tuple(Piece(f.encode("utf-8")) for f in frames)
+        return ResponsePlan(
+            status=response.status,
+            headers=sse.SSE_HEADERS + headers,
+            pieces=pieces,
+            framing=Framing.CHUNKED,
+        )
+
+    def error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str | None = None,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> dict[str, Any]:
+        """The provider's error envelope for an HTTP status. With `kind` (`ErrorKind`) it is
+        an error chaosllm itself answers, typed by the kind, with `code` as given;
+        without, the error a real API answers with that status (its type and code)."""
+        return self.envelope(status, message, kind, code, param)
+
+    @abc.abstractmethod
+    def envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """`error_body`, as each protocol words it."""
 
     def render_error(
         self,
@@ -71,33 +351,77 @@ class Provider(Protocol):
         code: str | None = None,
         param: str | None = None,
         stream: bool = False,
-    ) -> ResponsePlan: ...
+    ) -> ResponsePlan:
+        """The plan of an error chaosllm itself answers (a JSON body, whatever was asked)."""
+        body = self.error_body(status, message, kind=kind, code=code, param=param)
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return ResponsePlan(status=status, headers=JSON_HEADERS, pieces=(Piece(data, frame=False),))
 
+    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
+        """The body a real error with this status carries (what faults answer with)."""
+        return self.error_body(status, message, code=code)
+
+    def models_body(self, model_ids: Sequence[str]) -> JSON:
+        """The ``GET /v1/models`` answer listing `model_ids` (OpenAI's list shape)."""
+        return {
+            "object": "list",
+            "data": [
+                {"id": model, "object": "model", "created": 0, "owned_by": "chaosllm"}
+                for model in model_ids
+            ],
+        }
+
+    # -- assembly ---------------------------------------------------------------------
+
+    @abc.abstractmethod
     def assemble(self, frames: Sequence[str]) -> JSON:
         """The non-stream body equivalent to recorded SSE frames."""
 
+    @abc.abstractmethod
     def stream_complete(self, frames: Sequence[str]) -> bool:
         """Whether SSE frames make a finished answer (the stream's terminator, or an error
         event, arrived): the recorder never stores a stream cut short."""
 
+    @abc.abstractmethod
     def fallback(self, body: JSON, digest: str) -> JSON:
         """A deterministic canned answer body for `--on-miss fallback`."""
 
-    # -- what faults need: each provider says how its own protocol breaks --------
+    # -- what faults need: each provider says how its own protocol breaks -------------
+
+    def frame_finishes(self, frame: str) -> bool:
+        """Whether a frame finishes the answer (one of `finishing_events`)."""
+        return any(kind in self.finishing_events for kind in sse.event_types((frame,)))
 
     def answer_frame_count(self, plan: ResponsePlan) -> int:
         """How many leading frames of a stream plan carry the answer, before the frames
         that finish it (finish chunk, usage chunk, terminator)."""
+        for i, piece in enumerate(plan.pieces):
+            if self.frame_finishes(piece.data.decode("utf-8", "replace")):
+                return i
+        return len(plan.pieces)
 
+    @abc.abstractmethod
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
         """An error event inside a stream, in the provider's own format."""
 
-    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
-        """The provider's error envelope for an HTTP status (the body a real error carries)."""
-
+    @abc.abstractmethod
     def empty_answer(self, body: JSON) -> JSON:
         """A well-formed answer body with no content and no tool calls."""
 
+    arguments_key: ClassVar[str] = "arguments"
+    """The key of a tool call's arguments (in what `tool_calls` yields)."""
+
+    @abc.abstractmethod
+    def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
+        """The objects of an answer body holding its tool calls' arguments (mutable)."""
+
     def break_tool_arguments(self, body: JSON) -> JSON | None:
-        """The answer with every tool call's arguments cut into invalid JSON; None when the
-        answer has no tool calls."""
+        """The answer with every tool call's arguments cut into invalid JSON (arguments that
+        are a JSON value are cut as their text); None when the answer has no tool calls."""
+        broken = copy.deepcopy(body)
+        calls = list(self.tool_calls(broken))
+        for call in calls:
+            value = call.get(self.arguments_key)
+            text = value if isinstance(value, str) else json.dumps(value) if value else ""
+            call[self.arguments_key] = cut_json(text)
+        return broken if calls else None

@@ -23,28 +23,30 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
-from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
-from chaosllm.providers.base import canonical_json, sha256_digest
+from chaosllm.model import JSON
+from chaosllm.providers.base import text_pieces
+from chaosllm.providers.conversation import CHAT_CHECKS
 from chaosllm.providers.openai_common import (
-    KIND_TYPES,
+    OpenAIProvider,
     argument_pieces,
-    cut_json,
-    error_body,
-    error_type_for_status,
     expect,
+    expect_object,
+    expect_role,
+    expect_type,
+    expect_typed_fields,
+    missing,
     require_object_with_model,
-    text_pieces,
-    type_name,
+    typed_fields,
 )
+from chaosllm.providers.sse import DONE, DONE_FRAME, data_frame, iter_data
 
 __all__ = [
     "CANONICAL_MESSAGE_KEYS",
+    "DONE_FRAME",
     "OpenAIChat",
-    "error_body",
-    "error_type_for_status",
     "iter_frame_payloads",
     "sse_frame",
 ]
@@ -53,58 +55,35 @@ CANONICAL_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_call_id", "
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
-JSON_HEADERS = (("content-type", "application/json"),)
-SSE_HEADERS = (
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-)
-DONE_FRAME = "data: [DONE]\n\n"
-
-_TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
-    ("stream", "a boolean", (bool,)),
-    ("tools", "an array", (list,)),
-    ("stream_options", "an object", (dict,)),
-    ("response_format", "an object", (dict,)),
-    ("n", "an integer", (int,)),
+_TYPED_FIELDS = typed_fields(
+    stream=bool, tools=list, stream_options=dict, response_format=dict, n=int
 )
 
+_WITH_USAGE: tuple[str, Mapping[str, Any]] = (
+    "sse+usage",
+    MappingProxyType({"include_usage": True}),
+)
+_WITHOUT_USAGE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"include_usage": False}))
 
-def sse_frame(payload: JSON) -> str:
-    return "data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n\n"
-
-
-def iter_frame_payloads(frames: Sequence[str]) -> Iterator[str]:
-    """The `data` field of each SSE event in `frames` (multi-line data joined by newlines)."""
-    for frame in frames:
-        for event in frame.replace("\r\n", "\n").split("\n\n"):
-            lines = [ln[5:].removeprefix(" ") for ln in event.split("\n") if ln.startswith("data:")]
-            if lines:
-                yield "\n".join(lines)
+sse_frame = data_frame
+"""One ``data:`` frame (`chaosllm.providers.sse.data_frame`)."""
+iter_frame_payloads = iter_data
+"""The data of each event in some frames (`chaosllm.providers.sse.iter_data`)."""
 
 
-class OpenAIChat:
+class OpenAIChat(OpenAIProvider):
     """The `openai.chat` provider (``POST /v1/chat/completions``)."""
 
     name = "openai.chat"
     paths = ("/v1/chat/completions", "/chat/completions")
+    conversation = CHAT_CHECKS
 
     # -- requests ---------------------------------------------------------------
 
     def validate(self, body: JSON) -> None:
-        body = require_object_with_model(body)
-        if "messages" not in body:
-            raise InvalidRequest(
-                "Missing required parameter: 'messages'.",
-                param="messages",
-                code="missing_required_parameter",
-            )
+        body = require_object_with_model(body, "messages")
         messages = body["messages"]
-        expect(
-            isinstance(messages, list),
-            f"Invalid type for 'messages': expected an array, but got "
-            f"{type_name(messages)} instead.",
-            "messages",
-        )
+        expect_type(messages, (list,), "messages", "an array")
         expect(
             len(messages) > 0,
             "Invalid 'messages': empty array. Expected an array with minimum length 1, "
@@ -112,52 +91,19 @@ class OpenAIChat:
             "messages",
             "empty_array",
         )
-        for i, message in enumerate(messages):
-            expect(
-                isinstance(message, dict),
-                f"Invalid type for 'messages[{i}]': expected an object, but got "
-                f"{type_name(message)} instead.",
-                f"messages[{i}]",
-            )
-            role = message.get("role")
-            if role is None:
-                raise InvalidRequest(
-                    f"Missing required parameter: 'messages[{i}].role'.",
-                    param=f"messages[{i}].role",
-                    code="missing_required_parameter",
+        for i, value in enumerate(messages):
+            message = expect_object(value, f"messages[{i}]")
+            role = expect_role(message, ROLES, f"messages[{i}]")
+            if message.get("content") is not None:
+                expect_type(
+                    message["content"],
+                    (str, list),
+                    f"messages[{i}].content",
+                    "one of a string or array of objects",
                 )
-            expect(
-                role in ROLES,
-                f"Invalid value: {json.dumps(role)}. Supported values are: "
-                + ", ".join(f"'{r}'" for r in sorted(ROLES))
-                + ".",
-                f"messages[{i}].role",
-                "invalid_value",
-            )
-            content = message.get("content")
-            expect(
-                content is None or isinstance(content, (str, list)),
-                f"Invalid type for 'messages[{i}].content': expected one of a string or "
-                f"array of objects, but got {type_name(content)} instead.",
-                f"messages[{i}].content",
-            )
-            if role == "tool":
-                expect(
-                    isinstance(message.get("tool_call_id"), str),
-                    f"Missing required parameter: 'messages[{i}].tool_call_id'.",
-                    f"messages[{i}].tool_call_id",
-                    "missing_required_parameter",
-                )
-        for key, kind, types in _TYPED_FIELDS:
-            value = body.get(key)
-            if value is not None:
-                expect(
-                    isinstance(value, types)
-                    and not (bool not in types and isinstance(value, bool)),
-                    f"Invalid type for '{key}': expected {kind}, but got "
-                    f"{type_name(body[key])} instead.",
-                    key,
-                )
+            if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+                raise missing(f"messages[{i}].tool_call_id")
+        expect_typed_fields(body, _TYPED_FIELDS)
 
     def canonical(self, body: JSON) -> JSON:
         return {
@@ -173,72 +119,21 @@ class OpenAIChat:
             "response_format": body.get("response_format"),
         }
 
-    def digest(self, body: JSON) -> str:
-        return sha256_digest(self.canonical(body))
-
-    def match_text(self, body: JSON) -> str:
-        return canonical_json(self.canonical(body))
-
-    def turn_text(self, body: JSON) -> str:
-        messages = self.canonical(body)["messages"]
-        return canonical_json(messages[-1] if messages else None)
-
-    def wants_stream(self, body: JSON) -> bool:
-        return bool(isinstance(body, dict) and body.get("stream") is True)
-
-    @staticmethod
-    def include_usage(body: JSON) -> bool:
-        options = body.get("stream_options") if isinstance(body, dict) else None
-        return isinstance(options, dict) and options.get("include_usage") is True
+    def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
+        """With ``stream_options.include_usage`` the stream ends with the usage chunk."""
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            return _WITH_USAGE
+        return _WITHOUT_USAGE
 
     # -- responses --------------------------------------------------------------
 
-    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
-        stream = self.wants_stream(body)
-        response = exchange.response
-        is_answer = (
-            response.status < 400 and isinstance(response.body, dict) and "choices" in response.body
-        )
-        if not is_answer or not stream:
-            # A JSON answer (or a recorded error answer, whatever was asked).
-            key: tuple[Any, ...] = ("json",)
-        elif response.chunks is not None:
-            key = ("chunks", timing)
-        else:
-            key = ("sse", self.include_usage(body))
-        plan = exchange.cache.get(key)
-        if plan is None:
-            plan = exchange.cache[key] = self._render(exchange, key, timing)
-        return plan
+    def is_answer(self, body: JSON) -> bool:
+        return isinstance(body, dict) and "choices" in body
 
-    def _render(self, exchange: Exchange, key: tuple[Any, ...], timing: float) -> ResponsePlan:
-        response = exchange.response
-        headers = tuple(response.headers)
-        if key[0] == "json":
-            data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(
-                status=response.status,
-                headers=JSON_HEADERS + headers,
-                pieces=(Piece(data, frame=False),),
-            )
-        if key[0] == "chunks":
-            assert response.chunks is not None
-            pieces = tuple(
-                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
-            )
-        else:
-            pieces = tuple(
-                Piece(f.encode("utf-8"))
-                for f in self.stream_frames(response.body, include_usage=key[1])
-            )
-        return ResponsePlan(
-            status=response.status,
-            headers=SSE_HEADERS + headers,
-            pieces=pieces,
-            framing=Framing.CHUNKED,
-        )
-
-    def stream_frames(self, completion: Mapping[str, Any], *, include_usage: bool) -> list[str]:
+    def stream_frames(
+        self, completion: Mapping[str, Any], *, include_usage: bool = False
+    ) -> list[str]:
         """SSE frames equivalent to a `chat.completion` body, as the API would stream it."""
         base: dict[str, Any] = {
             "id": completion.get("id", "chatcmpl-chaosllm"),
@@ -257,7 +152,7 @@ class OpenAIChat:
             ]
             if include_usage:
                 payload["usage"] = None
-            return sse_frame(payload)
+            return data_frame(payload)
 
         frames: list[str] = []
         for choice in completion.get("choices", []):
@@ -307,33 +202,17 @@ class OpenAIChat:
             payload = dict(base)
             payload["choices"] = []
             payload["usage"] = completion.get("usage")
-            frames.append(sse_frame(payload))
+            frames.append(data_frame(payload))
         frames.append(DONE_FRAME)
         return frames
-
-    def render_error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str,
-        code: str | None = None,
-        param: str | None = None,
-        stream: bool = False,
-    ) -> ResponsePlan:
-        type_ = KIND_TYPES.get(kind) or error_type_for_status(status)[0]
-        data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
-        return ResponsePlan(
-            status=status, headers=JSON_HEADERS, pieces=(Piece(data.encode("utf-8"), frame=False),)
-        )
 
     # -- assembly ---------------------------------------------------------------
 
     def assemble(self, frames: Sequence[str]) -> JSON:
         completion: dict[str, Any] = {}
         choices: dict[int, dict[str, Any]] = {}
-        for data in iter_frame_payloads(frames):
-            if data.strip() == "[DONE]":
+        for data in iter_data(frames):
+            if data.strip() == DONE:
                 break
             chunk = json.loads(data)
             if "error" in chunk and "choices" not in chunk:
@@ -377,11 +256,11 @@ class OpenAIChat:
 
     def stream_complete(self, frames: Sequence[str]) -> bool:
         last = None
-        for data in iter_frame_payloads(frames):
+        for data in iter_data(frames):
             last = data
         if last is None:
             return False
-        if last.strip() == "[DONE]":
+        if last.strip() == DONE:
             return True
         try:
             chunk = json.loads(last)
@@ -392,19 +271,28 @@ class OpenAIChat:
 
     # -- what faults need -------------------------------------------------------
 
-    def answer_frame_count(self, plan: ResponsePlan) -> int:
-        for i, piece in enumerate(plan.pieces):
-            if _frame_finishes(piece.data):
-                return i
-        return len(plan.pieces)
+    def frame_finishes(self, frame: str) -> bool:
+        """A finish chunk, the usage chunk, [DONE] or an error."""
+        for payload in iter_data((frame,)):
+            if payload.strip() == DONE:
+                return True
+            try:
+                chunk = json.loads(payload)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(chunk, dict):
+                continue
+            choices = chunk.get("choices")
+            if "error" in chunk or choices == []:
+                return True
+            if isinstance(choices, list) and any(
+                isinstance(c, dict) and c.get("finish_reason") for c in choices
+            ):
+                return True
+        return False
 
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
-        type_, code = error_type_for_status(status)
-        return sse_frame(error_body(message, type_, code)).encode("utf-8")
-
-    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
-        type_, default_code = error_type_for_status(status)
-        return error_body(message, type_, code or default_code)
+        return data_frame(self.error_answer(message, status=status)).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
@@ -422,15 +310,10 @@ class OpenAIChat:
             usage.pop("completion_tokens_details", None)
         return empty
 
-    def break_tool_arguments(self, body: JSON) -> JSON | None:
-        broken = copy.deepcopy(body)
-        found = False
-        for choice in broken.get("choices") or []:
+    def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
+        for choice in answer.get("choices") or []:
             for call in (choice.get("message") or {}).get("tool_calls") or []:
-                function = call.setdefault("function", {})
-                function["arguments"] = cut_json(function.get("arguments") or "")
-                found = True
-        return broken if found else None
+                yield call.setdefault("function", {})
 
     # -- fallback ---------------------------------------------------------------
 
@@ -456,27 +339,6 @@ class OpenAIChat:
             ],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
-
-
-def _frame_finishes(data: bytes) -> bool:
-    """Whether an SSE frame finishes the answer: finish chunk, usage chunk, [DONE] or error."""
-    for payload in iter_frame_payloads([data.decode("utf-8", "replace")]):
-        if payload.strip() == "[DONE]":
-            return True
-        try:
-            chunk = json.loads(payload)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(chunk, dict):
-            continue
-        choices = chunk.get("choices")
-        if "error" in chunk or choices == []:
-            return True
-        if isinstance(choices, list) and any(
-            isinstance(c, dict) and c.get("finish_reason") for c in choices
-        ):
-            return True
-    return False
 
 
 def _merge_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:

@@ -1,29 +1,49 @@
 """What the OpenAI protocols (Chat Completions, Responses) share: the error
-envelope and its types per status, request-validation helpers, and how text
-and tool-call arguments are split into stream deltas."""
+envelope and its types per status, request-validation helpers, and how
+tool-call arguments are split into stream deltas."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
-from chaosllm.providers.base import ErrorKind
+from chaosllm.providers.base import ErrorKind, Provider, type_name
 
 __all__ = [
     "KIND_TYPES",
+    "OpenAIProvider",
     "argument_pieces",
-    "cut_json",
-    "error_body",
-    "error_type_for_status",
     "expect",
+    "expect_object",
+    "expect_role",
+    "expect_type",
+    "expect_typed_fields",
+    "missing",
+    "openai_envelope",
+    "openai_error_type",
     "require_object_with_model",
-    "text_pieces",
-    "type_name",
+    "typed_fields",
 ]
+
+TypedFields = tuple[tuple[str, str, tuple[type, ...]], ...]
+"""Optional top-level fields and their types: (key, how a message names it, types)."""
+
+_TYPE_NAMES: Mapping[type, str] = {
+    bool: "a boolean",
+    int: "an integer",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def typed_fields(**fields: type) -> TypedFields:
+    """`TypedFields` from ``key=type`` (in the order given: the first wrong one is named)."""
+    return tuple((key, _TYPE_NAMES[type_], (type_,)) for key, type_ in fields.items())
+
 
 _STATUS_ERROR_TYPES: Mapping[int, tuple[str, str | None]] = {
     400: ("invalid_request_error", None),
@@ -49,25 +69,31 @@ KIND_TYPES = {
     ErrorKind.SERVER_ERROR: "server_error",
 }
 
-# A piece of streamed text: a word with the whitespace before it (how tokens look).
-_TEXT_PIECE = re.compile(r"\s*\S+|\s+")
 
-
-def error_type_for_status(status: int) -> tuple[str, str | None]:
+def openai_error_type(status: int) -> tuple[str, str | None]:
     """The OpenAI error `type` and `code` a real API uses for an HTTP status."""
     if status in _STATUS_ERROR_TYPES:
         return _STATUS_ERROR_TYPES[status]
     return ("server_error", None) if status >= 500 else ("invalid_request_error", None)
 
 
-def error_body(
+def openai_envelope(
     message: str, type_: str, code: str | None = None, param: str | None = None
 ) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def text_pieces(text: str) -> list[str]:
-    return _TEXT_PIECE.findall(text) or [text]
+class OpenAIProvider(Provider):
+    """An OpenAI protocol: its error envelope."""
+
+    def envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        type_, default_code = openai_error_type(status)
+        if kind is not None:
+            return openai_envelope(message, KIND_TYPES.get(kind) or type_, code, param)
+        return openai_envelope(message, type_, code or default_code, param)
 
 
 def argument_pieces(arguments: str) -> list[str]:
@@ -91,32 +117,54 @@ def expect(cond: bool, message: str, param: str, code: str = "invalid_type") -> 
         raise InvalidRequest(message, param=param, code=code)
 
 
-def type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
+def missing(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+    )
 
 
-def cut_json(text: str) -> str:
-    """A prefix of `text` that is not valid JSON (what a cut-off generation looks like)."""
-    cut = text[: max(1, len(text) // 2)] if text else "{"
-    try:
-        json.loads(cut)
-    except json.JSONDecodeError:
-        return cut
-    return cut + '{"'
+def expect_type(value: object, types: tuple[type, ...], where: str, expected: str) -> None:
+    """`value` is one of `types` (a bool is no number), or the API's "Invalid type" 400."""
+    expect(
+        isinstance(value, types) and not (bool not in types and isinstance(value, bool)),
+        f"Invalid type for '{where}': expected {expected}, but got {type_name(value)} instead.",
+        where,
+    )
 
 
-def require_object_with_model(body: JSON) -> dict[str, Any]:
-    """The checks every OpenAI endpoint starts with: a JSON object with a string model."""
+def expect_object(value: object, where: str) -> dict[str, Any]:
+    expect_type(value, (dict,), where, "an object")
+    assert isinstance(value, dict)
+    return value
+
+
+def expect_role(item: Mapping[str, Any], roles: frozenset[str], where: str) -> str:
+    """The ``role`` of a message at `where`: present, and one of `roles`."""
+    role = item.get("role")
+    if role is None:
+        raise missing(f"{where}.role")
+    expect(
+        role in roles,
+        f"Invalid value: {json.dumps(role)}. Supported values are: "
+        + ", ".join(f"'{r}'" for r in sorted(roles))
+        + ".",
+        f"{where}.role",
+        "invalid_value",
+    )
+    return str(role)
+
+
+def expect_typed_fields(body: Mapping[str, Any], fields: TypedFields) -> None:
+    """Each optional field that is set (not null) has its type (a bool is no number)."""
+    for key, kind, types in fields:
+        value = body.get(key)
+        if value is not None:
+            expect_type(value, types, key, kind)
+
+
+def require_object_with_model(body: JSON, required: str) -> dict[str, Any]:
+    """The checks every OpenAI endpoint starts with: a JSON object with a string model, and
+    the field holding the conversation (`required`)."""
     expect(
         isinstance(body, dict),
         f"The request body must be a JSON object, but got {type_name(body)} instead.",
@@ -124,12 +172,8 @@ def require_object_with_model(body: JSON) -> dict[str, Any]:
     )
     assert isinstance(body, dict)
     if "model" not in body:
-        raise InvalidRequest(
-            "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
-        )
-    expect(
-        isinstance(body["model"], str),
-        f"Invalid type for 'model': expected a string, but got {type_name(body['model'])} instead.",
-        "model",
-    )
+        raise missing("model")
+    expect_type(body["model"], (str,), "model", "a string")
+    if required not in body:
+        raise missing(required)
     return body

@@ -37,79 +37,44 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON, Exchange, Framing, Piece, ResponsePlan
-from chaosllm.providers.base import canonical_json, sha256_digest
+from chaosllm.model import JSON
+from chaosllm.providers.base import text_pieces
+from chaosllm.providers.conversation import RESPONSES_CHECKS
 from chaosllm.providers.openai_common import (
-    KIND_TYPES,
+    OpenAIProvider,
     argument_pieces,
-    cut_json,
-    error_body,
-    error_type_for_status,
-    expect,
+    expect_object,
+    expect_role,
+    expect_type,
+    expect_typed_fields,
+    missing,
+    openai_envelope,
+    openai_error_type,
     require_object_with_model,
-    text_pieces,
-    type_name,
+    typed_fields,
 )
+from chaosllm.providers.sse import event_frame, event_types, iter_events
 
 __all__ = ["OpenAIResponses", "iter_events", "sse_event"]
 
-JSON_HEADERS = (("content-type", "application/json"),)
-SSE_HEADERS = (
-    ("content-type", "text/event-stream; charset=utf-8"),
-    ("cache-control", "no-cache"),
-)
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.failed", "response.incomplete", "error"}
 )
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
-_TYPED_FIELDS: tuple[tuple[str, str, tuple[type, ...]], ...] = (
-    ("stream", "a boolean", (bool,)),
-    ("instructions", "a string", (str,)),
-    ("tools", "an array", (list,)),
-    ("text", "an object", (dict,)),
-    ("reasoning", "an object", (dict,)),
-    ("metadata", "an object", (dict,)),
-    ("max_output_tokens", "an integer", (int,)),
-    ("store", "a boolean", (bool,)),
+_TYPED_FIELDS = typed_fields(
+    stream=bool,
+    instructions=str,
+    tools=list,
+    text=dict,
+    reasoning=dict,
+    metadata=dict,
+    max_output_tokens=int,
+    store=bool,
 )
 
-
-def sse_event(payload: Mapping[str, Any]) -> str:
-    """One Responses stream frame: ``event: <type>`` and its JSON data."""
-    return (
-        f"event: {payload['type']}\ndata: "
-        + json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-        + "\n\n"
-    )
-
-
-def iter_events(frames: Sequence[str]) -> Iterator[tuple[str | None, str]]:
-    """``(event name, data)`` of each SSE event in `frames`."""
-    for frame in frames:
-        for event in frame.replace("\r\n", "\n").split("\n\n"):
-            name = None
-            data: list[str] = []
-            for line in event.split("\n"):
-                if line.startswith("event:"):
-                    name = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].removeprefix(" "))
-            if data:
-                yield name, "\n".join(data)
-
-
-def _event_types(data: bytes) -> list[str]:
-    types = []
-    for name, payload in iter_events([data.decode("utf-8", "replace")]):
-        try:
-            parsed = json.loads(payload)
-        except json.JSONDecodeError:
-            parsed = None
-        kind = parsed.get("type") if isinstance(parsed, dict) else None
-        types.append(kind if isinstance(kind, str) else (name or ""))
-    return types
+sse_event = event_frame
+"""One Responses stream frame: ``event: <type>`` and its JSON data (`sse.event_frame`)."""
 
 
 def _strip_status(item: JSON) -> JSON:
@@ -118,101 +83,47 @@ def _strip_status(item: JSON) -> JSON:
     return item
 
 
-class OpenAIResponses:
+class OpenAIResponses(OpenAIProvider):
     """The `openai.responses` provider (``POST /v1/responses``)."""
 
     name = "openai.responses"
     paths = ("/v1/responses", "/responses")
+    conversation = RESPONSES_CHECKS
+    turn_key = "input"
+    finishing_events = TERMINAL_EVENTS
 
     # -- requests ---------------------------------------------------------------
 
     def validate(self, body: JSON) -> None:
-        body = require_object_with_model(body)
-        if "input" not in body:
-            raise InvalidRequest(
-                "Missing required parameter: 'input'.",
-                param="input",
-                code="missing_required_parameter",
-            )
+        body = require_object_with_model(body, "input")
         items = body["input"]
-        expect(
-            isinstance(items, (str, list)),
-            f"Invalid type for 'input': expected one of a string or array of input items, "
-            f"but got {type_name(items)} instead.",
-            "input",
-        )
-        for i, item in enumerate(items if isinstance(items, list) else []):
+        expect_type(items, (str, list), "input", "one of a string or array of input items")
+        for i, value in enumerate(items if isinstance(items, list) else []):
             where = f"input[{i}]"
-            expect(
-                isinstance(item, dict),
-                f"Invalid type for '{where}': expected an object, but got "
-                f"{type_name(item)} instead.",
-                where,
-            )
+            item = expect_object(value, where)
             kind = item.get("type", "message")
             if kind == "message":
-                role = item.get("role")
-                if role is None:
-                    raise InvalidRequest(
-                        f"Missing required parameter: '{where}.role'.",
-                        param=f"{where}.role",
-                        code="missing_required_parameter",
-                    )
-                expect(
-                    role in INPUT_ROLES,
-                    f"Invalid value: {json.dumps(role)}. Supported values are: "
-                    + ", ".join(f"'{r}'" for r in sorted(INPUT_ROLES))
-                    + ".",
-                    f"{where}.role",
-                    "invalid_value",
-                )
-                expect(
-                    isinstance(item.get("content"), (str, list)),
-                    f"Invalid type for '{where}.content': expected one of a string or "
-                    f"array of input content, but got {type_name(item.get('content'))} "
-                    f"instead.",
+                expect_role(item, INPUT_ROLES, where)
+                expect_type(
+                    item.get("content"),
+                    (str, list),
                     f"{where}.content",
+                    "one of a string or array of input content",
                 )
             elif kind == "function_call_output":
                 for key in ("call_id", "output"):
                     if key not in item:
-                        raise InvalidRequest(
-                            f"Missing required parameter: '{where}.{key}'.",
-                            param=f"{where}.{key}",
-                            code="missing_required_parameter",
-                        )
+                        raise missing(f"{where}.{key}")
             elif kind == "function_call":
                 for key in ("call_id", "name", "arguments"):
-                    expect(
-                        isinstance(item.get(key), str),
-                        f"Missing required parameter: '{where}.{key}'.",
-                        f"{where}.{key}",
-                        "missing_required_parameter",
-                    )
-        for key, kind_name, types in _TYPED_FIELDS:
-            value = body.get(key)
-            if value is not None:
-                expect(
-                    isinstance(value, types)
-                    and not (bool not in types and isinstance(value, bool)),
-                    f"Invalid type for '{key}': expected {kind_name}, but got "
-                    f"{type_name(value)} instead.",
-                    key,
-                )
+                    if not isinstance(item.get(key), str):
+                        raise missing(f"{where}.{key}")
+        expect_typed_fields(body, _TYPED_FIELDS)
         for i, tool in enumerate(body.get("tools") or []):
-            expect(
-                isinstance(tool, dict) and isinstance(tool.get("type"), str),
-                f"Missing required parameter: 'tools[{i}].type'.",
-                f"tools[{i}].type",
-                "missing_required_parameter",
-            )
-            if tool.get("type") == "function":
-                expect(
-                    isinstance(tool.get("name"), str),
-                    f"Missing required parameter: 'tools[{i}].name'.",
-                    f"tools[{i}].name",
-                    "missing_required_parameter",
-                )
+            if not (isinstance(tool, dict) and isinstance(tool.get("type"), str)):
+                raise missing(f"tools[{i}].type")
+            if tool.get("type") == "function" and not isinstance(tool.get("name"), str):
+                raise missing(f"tools[{i}].name")
 
     def canonical(self, body: JSON) -> JSON:
         items = body.get("input")
@@ -227,71 +138,17 @@ class OpenAIResponses:
             "text_format": text.get("format") if isinstance(text, dict) else None,
         }
 
-    def digest(self, body: JSON) -> str:
-        return sha256_digest(self.canonical(body))
-
-    def match_text(self, body: JSON) -> str:
-        return canonical_json(self.canonical(body))
-
-    def turn_text(self, body: JSON) -> str:
-        items = self.canonical(body)["input"]
-        if isinstance(items, list):
-            return canonical_json(items[-1] if items else None)
-        return canonical_json(items)
-
-    def wants_stream(self, body: JSON) -> bool:
-        return bool(isinstance(body, dict) and body.get("stream") is True)
-
     # -- responses --------------------------------------------------------------
 
-    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
-        response = exchange.response
-        is_answer = (
-            response.status < 400
-            and isinstance(response.body, dict)
-            and response.body.get("object") == "response"
-        )
-        if not is_answer or not self.wants_stream(body):
-            key: tuple[Any, ...] = ("json",)
-        elif response.chunks is not None:
-            key = ("chunks", timing)
-        else:
-            key = ("sse",)
-        plan = exchange.cache.get(key)
-        if plan is None:
-            plan = exchange.cache[key] = self._render(exchange, key, timing)
-        return plan
-
-    def _render(self, exchange: Exchange, key: tuple[Any, ...], timing: float) -> ResponsePlan:
-        response = exchange.response
-        headers = tuple(response.headers)
-        if key[0] == "json":
-            data = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
-            return ResponsePlan(
-                status=response.status,
-                headers=JSON_HEADERS + headers,
-                pieces=(Piece(data, frame=False),),
-            )
-        if key[0] == "chunks":
-            assert response.chunks is not None
-            pieces = tuple(
-                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
-            )
-        else:
-            pieces = tuple(Piece(f.encode("utf-8")) for f in self.stream_frames(response.body))
-        return ResponsePlan(
-            status=response.status,
-            headers=SSE_HEADERS + headers,
-            pieces=pieces,
-            framing=Framing.CHUNKED,
-        )
+    def is_answer(self, body: JSON) -> bool:
+        return isinstance(body, dict) and body.get("object") == "response"
 
     def stream_frames(self, response: Mapping[str, Any]) -> list[str]:
         """SSE frames equivalent to a `response` object, as the API would stream it."""
         frames: list[str] = []
 
         def emit(type_: str, **fields: Any) -> None:
-            frames.append(sse_event({"type": type_, "sequence_number": len(frames), **fields}))
+            frames.append(event_frame({"type": type_, "sequence_number": len(frames), **fields}))
 
         pending = copy.deepcopy(dict(response))
         pending.update(
@@ -379,22 +236,6 @@ class OpenAIResponses:
             emit("response.output_item.added", output_index=index, item=item)
         emit("response.output_item.done", output_index=index, item=item)
 
-    def render_error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str,
-        code: str | None = None,
-        param: str | None = None,
-        stream: bool = False,
-    ) -> ResponsePlan:
-        type_ = KIND_TYPES.get(kind) or error_type_for_status(status)[0]
-        data = json.dumps(error_body(message, type_, code, param), ensure_ascii=False)
-        return ResponsePlan(
-            status=status, headers=JSON_HEADERS, pieces=(Piece(data.encode("utf-8"), frame=False),)
-        )
-
     # -- assembly ---------------------------------------------------------------
 
     def assemble(self, frames: Sequence[str]) -> JSON:
@@ -411,7 +252,7 @@ class OpenAIResponses:
                 result: dict[str, Any] = event["response"]
                 return result
             if kind == "error":
-                return error_body(
+                return openai_envelope(
                     event.get("message") or "",
                     "server_error",
                     event.get("code"),
@@ -441,30 +282,20 @@ class OpenAIResponses:
         return started
 
     def stream_complete(self, frames: Sequence[str]) -> bool:
-        last: list[str] = []
-        for frame in frames:
-            last = _event_types(frame.encode("utf-8")) or last
-        return bool(last) and last[-1] in TERMINAL_EVENTS
+        last = None
+        for last in event_types(frames):  # noqa: B007 (the last event is what counts)
+            pass
+        return last in TERMINAL_EVENTS
 
     # -- what faults need -------------------------------------------------------
 
-    def answer_frame_count(self, plan: ResponsePlan) -> int:
-        for i, piece in enumerate(plan.pieces):
-            if any(t in TERMINAL_EVENTS for t in _event_types(piece.data)):
-                return i
-        return len(plan.pieces)
-
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
-        _, code = error_type_for_status(status)
+        _, code = openai_error_type(status)
         code = "rate_limit_exceeded" if status == 429 else code or "server_error"
         # The hook does not see the stream it ends: sequence_number cannot continue it.
-        return sse_event(
+        return event_frame(
             {"type": "error", "code": code, "message": message, "param": None, "sequence_number": 0}
         ).encode("utf-8")
-
-    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
-        type_, default_code = error_type_for_status(status)
-        return error_body(message, type_, code or default_code)
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
@@ -487,14 +318,10 @@ class OpenAIResponses:
             )
         return empty
 
-    def break_tool_arguments(self, body: JSON) -> JSON | None:
-        broken = copy.deepcopy(body)
-        found = False
-        for item in broken.get("output") or []:
+    def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
+        for item in answer.get("output") or []:
             if isinstance(item, dict) and item.get("type") == "function_call":
-                item["arguments"] = cut_json(item.get("arguments") or "")
-                found = True
-        return broken if found else None
+                yield item
 
     # -- fallback ---------------------------------------------------------------
 

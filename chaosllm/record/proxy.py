@@ -62,7 +62,7 @@ import anyio
 import anyio.to_thread
 
 from chaosllm.core.journal import JournalEntry
-from chaosllm.errors import ChaosLLMError, NotRecordable
+from chaosllm.errors import ChaosLLMError
 from chaosllm.model import (
     JSON,
     Ending,
@@ -76,6 +76,7 @@ from chaosllm.model import (
     ResponsePlan,
 )
 from chaosllm.providers.base import ErrorKind, Provider
+from chaosllm.providers.sse import FrameSplitter, split_frames
 from chaosllm.record.client import (
     ClosedBeforeAnswer,
     ConnectFailed,
@@ -136,6 +137,10 @@ class Amend(Protocol):
 
 
 """Writes an exchange and adds it to the live store; the exchange as stored."""
+
+
+class NotRecordable(Exception):
+    """An upstream answer that is not written (the reason is the message)."""
 
 
 # -- the upstream --------------------------------------------------------------------
@@ -336,61 +341,6 @@ def forwarded_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[byte
     ]
     out.append((b"accept-encoding", b"identity"))
     return out
-
-
-# -- SSE framing ---------------------------------------------------------------------
-
-_BOUNDARY_MARKS = (b"\r\n\r\n", b"\n\n", b"\r\r")
-_LF_MARK = (b"\n\n",)
-
-
-class FrameSplitter:
-    """Splits a raw SSE byte stream into events (each with its terminating blank line),
-    timing each by the arrival of the bytes that completed it."""
-
-    __slots__ = ("_buffer", "_last", "frames", "keep")
-
-    def __init__(self, start: float, *, keep: bool = True) -> None:
-        self._buffer = bytearray()
-        self._last = start
-        self.keep = keep
-        self.frames: list[tuple[bytes, float]] = []
-        """(exact bytes, milliseconds since the previous frame or the head)."""
-
-    def feed(self, data: bytes, now: float) -> int:
-        """Take the next bytes; how many frames they completed."""
-        buffer = self._buffer
-        search = max(0, len(buffer) - 3)
-        buffer += data
-        marks = _BOUNDARY_MARKS if b"\r" in buffer else _LF_MARK
-        cut = count = 0
-        while True:
-            end = -1
-            for mark in marks:
-                at = buffer.find(mark, search)
-                if at != -1 and (end == -1 or at + len(mark) < end):
-                    end = at + len(mark)
-            if end == -1:
-                break
-            if self.keep:
-                self.frames.append((bytes(buffer[cut:end]), (now - self._last) * 1000.0))
-            self._last = now
-            count += 1
-            cut = search = end
-        if cut:
-            del buffer[:cut]
-        return count
-
-    def finish(self) -> None:
-        """End of stream: bytes after the last blank line join the last frame, so that
-        the frames always add up to the body."""
-        if self._buffer and self.keep:
-            if self.frames:
-                data, delay = self.frames[-1]
-                self.frames[-1] = (data + bytes(self._buffer), delay)
-            else:
-                self.frames.append((bytes(self._buffer), 0.0))
-        self._buffer.clear()
 
 
 def _decode(data: bytes, encoding: str) -> bytes:
@@ -753,7 +703,7 @@ class ProxyCall:
             self.amend(error=f"not recorded: {exc}")
             log.warning("%s %s: %s", self.method, self.path, self.entry.error)
             return
-        await self._record(response, _split_all(data) if _is_sse(response) else None, data)
+        await self._record(response, split_frames(data) if _is_sse(response) else None, data)
 
     async def _buffered(self, response: Answer) -> ResponsePlan:
         """Read the whole answer into a plan; apply the fault that fires to it."""
@@ -880,13 +830,6 @@ def _reason(exc: Exception) -> str:
     if not text and cause is not None:
         text = str(cause) or type(cause).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _split_all(data: bytes) -> list[tuple[bytes, float]]:
-    splitter = FrameSplitter(0.0)
-    splitter.feed(data, 0.0)
-    splitter.finish()
-    return splitter.frames
 
 
 async def _watch_disconnect(receive: Receive, call: _Call, scope: anyio.CancelScope) -> None:

@@ -1,0 +1,234 @@
+"""The shared provider base and the registry: routes by path, the protocol asking on a shared
+endpoint, the render cache (bounded, by response identity), the error envelope everywhere
+(plans, faults, the wire's own errors, the app's 404/405) and the model list."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from chaosllm.http.web import error_response
+from chaosllm.model import (
+    Exchange,
+    Piece,
+    RecordedChunk,
+    RecordedRequest,
+    RecordedResponse,
+    ResponsePlan,
+)
+from chaosllm.providers import (
+    DEFAULT_PROVIDER,
+    PROVIDERS,
+    Provider,
+    error_body_for_path,
+    provider_for_client,
+    provider_for_path,
+)
+from chaosllm.providers.base import ErrorKind, RenderCache
+
+CHAT = PROVIDERS["openai.chat"]
+ANTHROPIC = PROVIDERS["anthropic.messages"]
+RESPONSES = PROVIDERS["openai.responses"]
+SOCKET_TIMEOUT = 10.0
+
+
+def test_registry_routes_every_path_to_its_provider() -> None:
+    assert set(PROVIDERS) == {"openai.chat", "anthropic.messages", "openai.responses"}
+    for name, provider in PROVIDERS.items():
+        assert isinstance(provider, Provider) and provider.name == name and provider.paths
+        for path in provider.paths:
+            assert provider_for_path(path) is provider
+    assert provider_for_path("/v1/embeddings") is None and provider_for_path("/") is None
+    assert DEFAULT_PROVIDER is CHAT
+
+
+def test_the_protocol_asking_on_a_shared_endpoint() -> None:
+    assert provider_for_client(["anthropic-version", "x-api-key"]) is ANTHROPIC
+    assert provider_for_client(["authorization"]) is DEFAULT_PROVIDER
+    assert provider_for_client([]) is DEFAULT_PROVIDER
+
+
+def test_models_body_in_each_shape() -> None:
+    assert CHAT.models_body(["a", "b"]) == {
+        "object": "list",
+        "data": [
+            {"id": "a", "object": "model", "created": 0, "owned_by": "chaosllm"},
+            {"id": "b", "object": "model", "created": 0, "owned_by": "chaosllm"},
+        ],
+    }
+    assert RESPONSES.models_body(["a"]) == CHAT.models_body(["a"])
+    listed = ANTHROPIC.models_body(["claude-a", "claude-b"])
+    assert listed["has_more"] is False
+    assert (listed["first_id"], listed["last_id"]) == ("claude-a", "claude-b")
+    assert listed["data"][0] == {
+        "type": "model",
+        "id": "claude-a",
+        "display_name": "claude-a",
+        "created_at": "1970-01-01T00:00:00Z",
+    }
+    assert ANTHROPIC.models_body([])["first_id"] is None
+
+
+# -- the error envelope -----------------------------------------------------------------
+
+
+def test_error_body_by_kind_and_by_status() -> None:
+    # chaosllm's own errors: typed by the kind, the code as given
+    assert CHAT.error_body(404, "m", kind=ErrorKind.NO_MATCH, code="no_recording") == {
+        "error": {
+            "message": "m",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "no_recording",
+        }
+    }
+    # a real API's error for a status: its type and default code
+    assert RESPONSES.error_body(503, "m") == {
+        "error": {
+            "message": "m",
+            "type": "server_error",
+            "param": None,
+            "code": "service_unavailable",
+        }
+    }
+    assert ANTHROPIC.error_body(400, "m", kind=ErrorKind.INVALID_REQUEST, code="x") == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "m"},
+    }
+    assert ANTHROPIC.error_body(500, "m", kind=ErrorKind.SERVER_ERROR)["error"]["type"] == (
+        "api_error"
+    )
+    for provider in PROVIDERS.values():
+        plan = provider.render_error(400, "bad", kind=ErrorKind.INVALID_REQUEST, param="p")
+        assert plan.status == 400 and plan.headers == (("content-type", "application/json"),)
+        assert json.loads(plan.body()) == provider.error_body(
+            400, "bad", kind=ErrorKind.INVALID_REQUEST, param="p"
+        )
+        assert provider.error_answer("m", status=429) == provider.error_body(429, "m")
+
+
+def test_error_body_for_path_is_the_protocol_on_that_path() -> None:
+    assert error_body_for_path("/v1/messages", 413, "too big", "request_too_large") == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "too big"},
+    }
+    assert error_body_for_path("/chat/completions", 500, "x", "internal_error") == {
+        "error": {"message": "x", "type": "server_error", "param": None, "code": "internal_error"}
+    }
+    assert error_body_for_path("/echo", 400, "x", "bad_request") is None
+
+
+def test_app_errors_use_the_envelope_of_the_path() -> None:
+    anthropic = error_response("/v1/messages", 405, "Method GET is not allowed.")
+    assert json.loads(bytes(anthropic.body)) == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "Method GET is not allowed."},
+    }
+    unknown = error_response("/nowhere", 404, "Unknown URL.", code="unknown_url")
+    assert unknown.status_code == 404
+    assert json.loads(bytes(unknown.body))["error"] == {
+        "message": "Unknown URL.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "unknown_url",
+    }
+
+
+# -- rendering and its cache ------------------------------------------------------------
+
+REQUEST = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+
+
+def exchange(response: RecordedResponse) -> Exchange:
+    return Exchange(
+        provider=CHAT.name,
+        request=RecordedRequest("POST", "/v1/chat/completions", REQUEST),
+        response=response,
+        digest=CHAT.digest(REQUEST),
+        name="t/0001",
+        scenario="t",
+    )
+
+
+def test_renderings_are_cached_per_response_and_variant() -> None:
+    ex = exchange(RecordedResponse(200, answer("old")))
+    plan = CHAT.render(ex, REQUEST, timing=0)
+    assert CHAT.render(ex, REQUEST, timing=0) is plan
+    stream = CHAT.render(ex, {**REQUEST, "stream": True}, timing=0)
+    usage = CHAT.render(
+        ex, {**REQUEST, "stream": True, "stream_options": {"include_usage": True}}, timing=0
+    )
+    assert stream is not plan and usage is not stream
+    assert usage.frame_count == stream.frame_count + 1
+    assert CHAT.render(ex, {**REQUEST, "stream": True}, timing=0) is stream
+
+
+def test_an_adapted_exchange_renders_its_own_answer() -> None:
+    """An exchange copied with a new response (templating, id remapping) once shared the
+    original's memo and was served the original's rendering."""
+    ex = exchange(RecordedResponse(200, answer("old")))
+    assert b'"old"' in CHAT.render(ex, REQUEST, timing=0).body()
+    adapted = replace(ex, response=replace(ex.response, body=answer("new")))
+    assert b'"new"' in CHAT.render(adapted, REQUEST, timing=0).body()
+    assert b'"old"' in CHAT.render(ex, REQUEST, timing=0).body()
+
+
+def test_recorded_frames_are_cached_per_timing() -> None:
+    chunks = (RecordedChunk("data: 1\n\n", 100.0), RecordedChunk("data: [DONE]\n\n", 50.0))
+    ex = exchange(RecordedResponse(200, answer("x"), stream=True, chunks=chunks))
+    body = {**REQUEST, "stream": True}
+    slow, fast = CHAT.render(ex, body, timing=1), CHAT.render(ex, body, timing=0)
+    assert [p.delay_ms for p in slow.pieces] == [100.0, 50.0]
+    assert [p.delay_ms for p in fast.pieces] == [0.0, 0.0]
+    assert CHAT.render(ex, body, timing=1) is slow
+
+
+def _plan(size: int) -> ResponsePlan:
+    return ResponsePlan(status=200, headers=(), pieces=(Piece(b"x" * size, frame=False),))
+
+
+def test_render_cache_is_bounded_by_entries_and_bytes() -> None:
+    cache = RenderCache(max_responses=2, max_bytes=100)
+    responses = [RecordedResponse(200, {"n": i}) for i in range(4)]
+    plans = [_plan(10) for _ in responses]
+    for response, plan in zip(responses, plans, strict=True):
+        cache.put(response, "json", plan)
+    assert len(cache) == 2
+    assert cache.get(responses[0], "json") is None
+    assert cache.get(responses[3], "json") is plans[3]
+    assert cache.get(responses[3], "sse") is None
+    # an equal but different response is not the cached one
+    assert cache.get(RecordedResponse(200, {"n": 3}), "json") is None
+    cache.put(responses[0], "json", _plan(95))  # over the byte budget with the others
+    assert len(cache) == 1 and cache.get(responses[0], "json") is not None
+    cache.put(responses[1], "json", _plan(101))  # larger than the whole budget: not kept
+    assert cache.get(responses[1], "json") is None
+    cache.clear()
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS.values()), ids=list(PROVIDERS))
+def test_error_answers_are_never_streamed(provider: Provider) -> None:
+    error = provider.error_body(500, "upstream failed")
+    ex = replace(exchange(RecordedResponse(500, error)), provider=provider.name)
+    plan = provider.render(ex, {"stream": True}, timing=0)
+    assert plan.status == 500 and json.loads(plan.body()) == error
