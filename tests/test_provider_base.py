@@ -5,9 +5,11 @@ endpoint, the render cache (bounded, by response identity), the error envelope e
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import replace
 from typing import Any
 
+import httpx
 import pytest
 
 from chaosllm.http.web import error_response
@@ -28,6 +30,8 @@ from chaosllm.providers import (
     provider_for_path,
 )
 from chaosllm.providers.base import ErrorKind, RenderCache
+from chaosllm.wire.asgi import Receive, Scope, Send
+from chaosllm.wire.server import WireServer
 
 CHAT = PROVIDERS["openai.chat"]
 ANTHROPIC = PROVIDERS["anthropic.messages"]
@@ -135,6 +139,55 @@ def test_app_errors_use_the_envelope_of_the_path() -> None:
         "param": None,
         "code": "unknown_url",
     }
+
+
+async def _failing_app(scope: Scope, receive: Receive, send: Send) -> None:
+    raise RuntimeError("boom")  # no lifespan either: the server tolerates that
+
+
+def _raw(host: str, port: int, request: bytes) -> tuple[bytes, Any]:
+    with socket.create_connection((host, port), timeout=SOCKET_TIMEOUT) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, json.loads(body)
+
+
+def test_the_wire_answers_its_own_errors_in_the_envelope_of_the_path() -> None:
+    server = WireServer(_failing_app, max_body_bytes=1024, error_body=error_body_for_path)
+    with server.run_in_thread() as (host, port):
+        too_big = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n"
+        head, body = _raw(host, port, too_big % b"/v1/messages")
+        assert head.startswith(b"HTTP/1.1 413")
+        assert body == {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "Request body too large: the limit is 1024 bytes",
+            },
+        }
+        head, body = _raw(host, port, too_big % b"/v1/responses?x=1")
+        assert body["error"]["code"] == "request_too_large" and body["error"]["param"] is None
+        # no protocol on the path: the envelope it always had
+        head, body = _raw(host, port, too_big % b"/echo")
+        assert body == {
+            "error": {
+                "message": "Request body too large: the limit is 1024 bytes",
+                "type": "invalid_request_error",
+                "code": "request_too_large",
+            }
+        }
+        with httpx.Client(timeout=SOCKET_TIMEOUT) as client:
+            failed = client.post(f"http://{host}:{port}/v1/messages", json={})
+            assert failed.status_code == 500
+            assert failed.json()["error"] == {
+                "type": "api_error",
+                "message": "Internal server error",
+            }
+            failed = client.post(f"http://{host}:{port}/v1/chat/completions", json={})
+            assert failed.json()["error"]["type"] == "server_error"
 
 
 # -- rendering and its cache ------------------------------------------------------------

@@ -46,7 +46,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, Final
@@ -61,7 +61,7 @@ from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, Outcome, PlanReport, ResponsePlan
 from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, PlanAborted, Scope
 
-__all__ = ["WireServer"]
+__all__ = ["ErrorBody", "WireServer"]
 
 logger = logging.getLogger("chaosllm.wire")
 
@@ -92,8 +92,31 @@ def _date() -> bytes:
     return value
 
 
-def _error_body(message: str, type_: str, code: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+ErrorBody = Callable[[str, int, str, str], "Mapping[str, Any] | None"]
+"""How the protocol served on a path words an error the server answers on its own (a 400,
+408, 413 or 500): ``(path, status, message, code)`` -> the JSON body, or None for the
+default envelope (OpenAI's shape). `chaosllm.providers.error_body_for_path` is one."""
+
+
+def _error_body(
+    hook: ErrorBody | None,
+    path: str | None,
+    status: int,
+    message: str,
+    type_: str,
+    code: str,
+) -> bytes:
+    body = hook(path, status, message, code) if hook is not None and path is not None else None
+    if body is None:
+        body = {"error": {"message": message, "type": type_, "code": code}}
+    return json.dumps(body).encode()
+
+
+def _path_of(target: bytes) -> tuple[bytes, bytes, str]:
+    """A request target's raw path, query and (percent-decoded) path."""
+    raw_path, _, query = target.partition(b"?")
+    path = raw_path.decode("latin-1")
+    return raw_path, query, unquote(path) if "%" in path else path
 
 
 def _emit(conn: h11.Connection, event: h11.Event) -> list[bytes]:
@@ -133,8 +156,11 @@ class WireServer:
         keepalive_timeout_s: float = 75.0,
         max_connections: int = 1000,
         graceful_timeout_s: float = 5.0,
+        error_body: ErrorBody | None = None,
     ) -> None:
         self.app = app
+        self.error_body = error_body
+        """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
         self.host = host
         self.port = port
         self.max_body_bytes = max_body_bytes
@@ -441,9 +467,10 @@ class _Connection:
             if type(event) is not h11.Request:
                 return None
             limit = server.max_body_bytes
+            path = _path_of(event.target)[2]
             for name, value in event.headers:
                 if name == b"content-length" and int(value) > limit:
-                    await self._refuse_body(limit)
+                    await self._refuse_body(limit, path)
                     return None
             if conn.they_are_waiting_for_100_continue:
                 await self.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
@@ -456,13 +483,15 @@ class _Connection:
                     with anyio.move_on_after(server.header_timeout_s) as timeout:
                         data = await self._recv()
                     if timeout.cancelled_caught:
-                        await self._error(408, "Timed out reading the request body", "timeout")
+                        await self._error(
+                            408, "Timed out reading the request body", "timeout", path=path
+                        )
                         return None
                     conn.receive_data(data)
                 elif type(body_event) is h11.Data:
                     size += len(body_event.data)
                     if size > limit:
-                        await self._refuse_body(limit)
+                        await self._refuse_body(limit, path)
                         return None
                     parts.append(body_event.data)
                 elif type(body_event) is h11.EndOfMessage:
@@ -508,10 +537,7 @@ class _Connection:
 
     async def _run_app(self, request: h11.Request, body: bytes) -> None:
         server = self.server
-        raw_path, _, query = request.target.partition(b"?")
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path)
+        raw_path, query, path = _path_of(request.target)
         scope: Scope = {
             "type": "http",
             "asgi": _ASGI,
@@ -536,18 +562,18 @@ class _Connection:
             # the connection closes with the message incomplete, as for a CLOSE plan.
             logger.debug("%s", exc)
             if not cycle.committed:
-                await self._error(500, "Internal server error", "internal_error", "server_error")
+                await self._internal_error(path)
             self.must_close = True
             return
         except Exception:
             logger.exception("Exception in ASGI application")
             if not cycle.committed:
-                await self._error(500, "Internal server error", "internal_error", "server_error")
+                await self._internal_error(path)
             self.must_close = True
             return
         if not cycle.committed:
             logger.error("ASGI application returned without starting a response")
-            await self._error(500, "Internal server error", "internal_error", "server_error")
+            await self._internal_error(path)
         elif not cycle.complete:
             logger.error("ASGI application returned without completing the response")
             self.must_close = True
@@ -631,11 +657,18 @@ class _Connection:
             self.gone_event.set()
 
     async def _error(
-        self, status: int, message: str, code: str, type_: str = "invalid_request_error"
+        self,
+        status: int,
+        message: str,
+        code: str,
+        type_: str = "invalid_request_error",
+        *,
+        path: str | None = None,
     ) -> None:
-        """Answer with a JSON error envelope and mark the connection for closing."""
+        """Answer with the JSON error envelope of the protocol on `path` (see `ErrorBody`)
+        and mark the connection for closing."""
         self.must_close = True
-        body = _error_body(message, type_, code)
+        body = _error_body(self.server.error_body, path, status, message, type_, code)
         head = (
             b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n"
@@ -644,11 +677,15 @@ class _Connection:
         with contextlib.suppress(_Gone):
             await self.write(head + body)
 
-    async def _refuse_body(self, limit: int) -> None:
+    async def _internal_error(self, path: str) -> None:
+        await self._error(500, "Internal server error", "internal_error", "server_error", path=path)
+
+    async def _refuse_body(self, limit: int, path: str) -> None:
         await self._error(
             413,
             f"Request body too large: the limit is {limit} bytes",
             "request_too_large",
+            path=path,
         )
         if self.gone or self.closed:
             return
