@@ -18,7 +18,16 @@ from typing import Any
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 
-__all__ = ["DEFAULT_DIMENSIONS", "embed", "embeddings_response", "validate_embeddings_request"]
+__all__ = [
+    "DEFAULT_DIMENSIONS",
+    "PATHS",
+    "embed",
+    "embeddings_response",
+    "validate_embeddings_request",
+]
+
+PATHS = ("/v1/embeddings", "/embeddings")
+"""The request paths embeddings are served on (``POST``; errors in OpenAI's envelope)."""
 
 DEFAULT_DIMENSIONS = {
     "text-embedding-3-small": 1536,
