@@ -4,27 +4,36 @@
 >>> with ChaosServer() as server:
 ...     client = openai.OpenAI(base_url=server.base_url, api_key="test")
 ...     server.arm("http_503")
+
+`ChaosServer` is loaded on first use (PEP 562): ``import chaosllm`` imports no server
+library (starlette, anyio, h11...), so the pytest plugin and the pure layers start fast.
 """
 
-from __future__ import annotations
-
-import logging
+import importlib as _importlib
+import logging as _logging
+import typing as _typing
 
 from chaosllm.config import Mode, OnMiss, ServerConfig
 from chaosllm.errors import (
     ChaosLLMError,
+    ConfigError,
+    Hung,
     InvalidFaultSpec,
     InvalidRequest,
     NoMatch,
     RecordingError,
+    ResilienceViolation,
     ServerError,
+    UnknownFormat,
     UnknownScenario,
     UnsafePath,
 )
 from chaosllm.faults import FAULT_TYPES, FaultSpec, parse_fault_spec
 from chaosllm.model import Exchange, ResponsePlan
-from chaosllm.server import ChaosServer
 from chaosllm.store.recordings import RecordingStore
+
+if _typing.TYPE_CHECKING:
+    from chaosllm.server import ChaosServer
 
 __version__ = "0.1.0"
 
@@ -32,8 +41,10 @@ __all__ = [
     "FAULT_TYPES",
     "ChaosLLMError",
     "ChaosServer",
+    "ConfigError",
     "Exchange",
     "FaultSpec",
+    "Hung",
     "InvalidFaultSpec",
     "InvalidRequest",
     "Mode",
@@ -41,14 +52,33 @@ __all__ = [
     "OnMiss",
     "RecordingError",
     "RecordingStore",
+    "ResilienceViolation",
     "ResponsePlan",
     "ServerConfig",
     "ServerError",
+    "UnknownFormat",
     "UnknownScenario",
     "UnsafePath",
     "__version__",
     "parse_fault_spec",
 ]
 
+_LAZY: dict[str, str] = {"ChaosServer": "chaosllm.server"}
+"""Public names that pull in the server libraries, and the module each comes from."""
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
 # A library logs; the application decides where it goes (the CLI prints it).
-logging.getLogger("chaosllm").addHandler(logging.NullHandler())
+_logging.getLogger("chaosllm").addHandler(_logging.NullHandler())

@@ -13,6 +13,9 @@ and sequences are its own), which is much faster. The marker also takes
 `recordings`, `seed`, `on_miss`, `timing`, `match` and `profile` (these need a
 server of their own, so they ignore `shared`); the options
 ``--chaosllm-recordings DIR`` and ``--chaosllm-seed N`` set the defaults.
+
+The plugin is loaded by every pytest run in an environment where chaosllm is installed,
+so it imports no server module: `ChaosServer` is imported inside the fixtures.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from chaosllm.server import ChaosServer
+if TYPE_CHECKING:
+    from chaosllm.server import ChaosServer
 
 __all__ = ["ChaosHandle", "chaosllm", "chaosllm_server"]
 
@@ -195,6 +199,8 @@ def _defaults(config: pytest.Config) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def chaosllm_server(pytestconfig: pytest.Config) -> Iterator[ChaosServer]:
     """One chaosllm server for the whole test run (what shared tests use)."""
+    from chaosllm.server import ChaosServer
+
     with ChaosServer(**_defaults(pytestconfig)) as server:
         yield server
 
@@ -202,6 +208,8 @@ def chaosllm_server(pytestconfig: pytest.Config) -> Iterator[ChaosServer]:
 @pytest.fixture
 def chaosllm(request: pytest.FixtureRequest) -> Iterator[ChaosHandle]:
     """A chaosllm server for this test (or this test's session of a shared server)."""
+    from chaosllm.server import ChaosServer
+
     marker = request.node.get_closest_marker("chaosllm")
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
     if marker is not None and marker.args:
