@@ -62,7 +62,7 @@ import anyio
 import anyio.to_thread
 
 from chaosllm.core.journal import JournalEntry
-from chaosllm.errors import ChaosLLMError
+from chaosllm.errors import ChaosLLMError, NotRecordable
 from chaosllm.model import (
     JSON,
     Ending,
@@ -137,10 +137,6 @@ class Amend(Protocol):
 
 
 """Writes an exchange and adds it to the live store; the exchange as stored."""
-
-
-class NotRecordable(Exception):
-    """An upstream answer that is not written (the reason is the message)."""
 
 
 # -- the upstream --------------------------------------------------------------------
