@@ -23,8 +23,9 @@ from chaosllm.config import (
     secrets_from_env,
 )
 from chaosllm.doctor import diagnose
-from chaosllm.errors import ChaosLLMError
+from chaosllm.errors import ChaosLLMError, ConfigError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
+from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
 from chaosllm.store.formats import IMPORTABLE
@@ -247,6 +248,14 @@ def _parser() -> argparse.ArgumentParser:
         "bound to a non-loopback address; env CHAOSLLM_CONTROL_TOKEN)",
     )
     serve.add_argument(
+        "--allow-host",
+        metavar="HOST",
+        action="append",
+        default=[],
+        help="a Host name (NAME or NAME:PORT) the control plane answers besides loopback "
+        "names and the bound address (repeatable; against DNS rebinding, others are refused)",
+    )
+    serve.add_argument(
         "--strict",
         action="store_true",
         help="refuse a request the request validator (or a trace check) finds "
@@ -396,7 +405,11 @@ def _fault(args: argparse.Namespace) -> int:
             elif args.fault_command == "profile":
                 path = Path(args.name)
                 if path.suffix == ".json" and path.is_file():
-                    response = client.post("/__profile", content=path.read_bytes())
+                    response = client.post(
+                        "/__profile",
+                        content=path.read_bytes(),
+                        headers={"content-type": "application/json"},
+                    )
                 else:
                     response = client.post("/__profile", json={"profile": args.name})
             elif args.fault_command == "list":
@@ -499,6 +512,11 @@ def _serve(args: argparse.Namespace) -> int:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
     try:
+        parse_allow_hosts(args.allow_host)
+    except ConfigError as exc:
+        print(f"chaosllm: {exc}", file=sys.stderr)
+        return 2
+    try:
         dirs, record_dir = proxy_dirs(
             args.mode,
             upstream=args.upstream,
@@ -522,6 +540,7 @@ def _serve(args: argparse.Namespace) -> int:
         secrets=[*args.secrets, *secrets_from_env()],
         max_body_bytes=args.max_body_bytes,
         control_token=args.control_token,
+        allow_hosts=args.allow_host,
         journal_size=args.journal_size,
         strict=args.strict,
     )

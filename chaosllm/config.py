@@ -123,6 +123,9 @@ class ServerConfig:
     """How many provider requests the journal keeps (the newest)."""
     control_token: str | None = None
     """Required on control-plane calls when set (and for any non-loopback client)."""
+    allow_hosts: Sequence[str] = ()
+    """Host names (``NAME`` or ``NAME:PORT``) the control plane answers besides loopback
+    names and addresses and the server's own address (``--allow-host``)."""
     strict: bool = False
     """Refuse (400, as the provider would) a request the oracles find a defect in."""
 

@@ -33,10 +33,11 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
-from chaosllm.http.state import ChaosState
-from chaosllm.errors import ServerError
+from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
+from chaosllm.http.control import parse_allow_hosts
+from chaosllm.http.state import ChaosState
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import load_profile
 from chaosllm.wire import PlanAborted, WireServer
@@ -212,11 +213,17 @@ class ChaosServer:
         journal_size: int = 10_000,
         profile: str | None = None,
         strict: bool = False,
+        control_token: str | None = None,
+        allow_hosts: Sequence[str] = (),
     ) -> None:
         """`mode` record, record-missing or passthrough makes it a proxy in front of
         `upstream`; new recordings go to `record_dir` (default: the first of
         `recordings`), scenario `record_scenario` unless the request's session has an
-        active one. `secrets` (and ``$CHAOSLLM_SECRETS``) are redacted from recordings."""
+        active one. `secrets` (and ``$CHAOSLLM_SECRETS``) are redacted from recordings.
+        A `control_token`, when given, is required on every HTTP control call
+        (``--control-token``); `allow_hosts` are names the control plane answers besides
+        loopback ones (``--allow-host``). The methods here call the state directly:
+        neither applies to them."""
         given: list[Path] | None
         if recordings is None:
             given = None
@@ -249,7 +256,13 @@ class ChaosServer:
             secrets=[*secrets, *secrets_from_env()],
             strict=strict,
             journal_size=journal_size,
+            control_token=control_token,
+            allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
         )
+        try:
+            parse_allow_hosts(self.config.allow_hosts)
+        except ConfigError as exc:
+            raise ServerError(str(exc)) from None
         self.kind = ServerKind(server)
         self.host = host
         self._requested_port = port

@@ -27,7 +27,7 @@ def make_client(**config: Any) -> httpx.AsyncClient:
     app = create_app(ServerConfig(**config))
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 5000)),
-        base_url="http://chaosllm",
+        base_url="http://127.0.0.1",  # a loopback Host: the control plane refuses others
     )
 
 
@@ -212,7 +212,8 @@ async def test_control_plane_refuses_remote_clients_without_token() -> None:
         assert (await c.get("/health")).status_code == 200
     app = create_app(ServerConfig(control_token="s3cret"))
     remote = httpx.ASGITransport(app=app, client=("10.1.2.3", 5000))
-    async with httpx.AsyncClient(transport=remote, base_url="http://x") as c:
+    # Host: the address the server was reached on (a name would need --allow-host)
+    async with httpx.AsyncClient(transport=remote, base_url="http://10.0.0.5") as c:
         assert (await c.get("/__fault")).status_code == 403
         ok = await c.get("/__fault", headers={"authorization": "Bearer s3cret"})
         assert ok.status_code == 200

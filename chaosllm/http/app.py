@@ -182,7 +182,13 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
     app = Starlette(
         routes=routes,
         exception_handlers={404: not_found, 405: not_found},
-        middleware=[Middleware(ControlGuard, token=chaos.config.control_token)],
+        middleware=[
+            Middleware(
+                ControlGuard,
+                token=chaos.config.control_token,
+                allow_hosts=chaos.config.allow_hosts,
+            )
+        ],
         lifespan=lifespan,
     )
     app.state.chaos = chaos

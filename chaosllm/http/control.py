@@ -1,10 +1,43 @@
 """The control plane: everything under ``/__`` (faults, journal, recordings, scenario,
 findings, unused recordings, workspace).
 
-Loopback-only by default: a control call from any other address is refused
-unless the server has a control token (``--control-token``) and the call
-carries it (``Authorization: Bearer TOKEN`` or ``X-Chaosllm-Token``). When a
-token is set, every control call must carry it.
+Who may call it (`ControlGuard`, an ASGI middleware, so it holds under every server:
+``--server builtin`` and ``--server uvicorn`` alike):
+
+- **The client.** Loopback clients only by default: a control call from any other
+  address is refused unless the server has a control token (``--control-token``) and
+  the call carries it (``Authorization: Bearer TOKEN``, the scheme in any case, or
+  ``X-Chaosllm-Token``). When a token is set, every control call must carry it.
+- **The Host.** A loopback client is not enough: any web page the developer visits runs
+  on a loopback client too. With DNS rebinding a page at ``evil.example`` makes its own
+  name resolve to 127.0.0.1 and then reads the control plane as if same-origin; the one
+  thing it cannot change is the ``Host`` header, which names the page's site. So the
+  ``Host`` must be a loopback name or address (``localhost``, any 127.0.0.0/8,
+  ``[::1]``, any port), the address the connection arrived on, or a name allowed with
+  ``--allow-host`` (``ChaosServer(allow_hosts=[...])``). A request without ``Host``
+  (HTTP/1.0) is let through: browsers always send one.
+- **The Origin.** A browser names the page behind every cross-origin request that can
+  change anything (``Origin`` on every request whose method is not GET or HEAD, and on
+  every CORS request), ``null`` for opaque pages. A control call whose ``Origin`` is
+  present and not the server's own (``http://`` and the ``Host`` it was sent to) is
+  refused, as is one whose ``Sec-Fetch-Site`` says a page of another origin sent it
+  (a plain ``<img>``/no-cors GET carries no ``Origin``, but modern browsers mark it).
+  CLIs, SDKs and test clients send neither header.
+- **The content type.** A state-changing call (POST, PUT, PATCH, DELETE) that has a
+  body must send ``Content-Type: application/json`` (parameters such as
+  ``; charset=utf-8`` allowed). A page can send a body cross-origin without a CORS
+  preflight only as ``text/plain``, a form or ``multipart/form-data``; JSON needs a
+  preflight, which the control plane never grants (it answers no CORS headers), so even
+  a browser or extension that strips ``Origin`` cannot deliver a body. A bodyless
+  state-changing call (``POST /__reset``, ``POST /__fault/{type}?k=v``,
+  ``DELETE /__fault``) carries no content type to check; a page could still send one
+  (a ``no-cors`` fetch or an empty form), but the browser always adds ``Origin`` to a
+  POST or DELETE, so such a call is refused exactly when its ``Origin`` is foreign, and
+  ``curl -X POST``, the CLI and scripts keep working without a content type.
+
+Every refusal is a 403 in the OpenAI envelope (``code: control_forbidden``) saying what
+to do. Provider endpoints (``/v1/...``) and ``/health`` are not control calls: the SDKs
+and their CORS choices are unaffected.
 """
 
 from __future__ import annotations
@@ -12,6 +45,8 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
+import re
+from collections.abc import Iterable
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -19,14 +54,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from chaosllm.errors import InvalidFaultSpec, InvalidRequest, UnknownScenario
+from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
 from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs, spec_from_query
 from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
 from chaosllm.store.profiles import Profile, list_profiles, load_profile, parse_profile
 
-__all__ = ["ControlGuard", "control_routes"]
+__all__ = ["ControlGuard", "control_routes", "parse_allow_hosts"]
 
 CONTROL_PREFIX = "/__"
+LOOPBACK_NAMES = frozenset({"localhost"})
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+JSON_TYPE = "application/json"
+SAME_ORIGIN_FETCH = frozenset({"same-origin", "none"})
+"""``Sec-Fetch-Site`` values a control call may carry: the server's own origin, or the
+user's own doing (typing the URL)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\.?")
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -38,12 +81,91 @@ def _is_loopback(host: str | None) -> bool:
         return host in ("localhost", "testclient")
 
 
-class ControlGuard:
-    """ASGI middleware refusing control calls that are neither local nor authorised."""
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """A ``Host`` value (``name``, ``name:port``, ``[v6]``, ``[v6]:port``) as a lowercase
+    host without brackets and its port; None when it is not one."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        host, rest = value[1:end], value[end + 1 :]
+        if rest and not rest.startswith(":"):
+            return None
+        port_text = rest[1:] if rest else None
+    else:
+        if value.count(":") > 1:  # a bare IPv6 address is not a valid Host
+            return None
+        host, _, port_text = value.partition(":")
+        port_text = port_text if ":" in value else None
+    if not host:
+        return None
+    if port_text is None:
+        return host, None
+    if not port_text.isdigit() or len(port_text) > 5:
+        return None
+    return host, int(port_text)
 
-    def __init__(self, app: ASGIApp, token: str | None = None) -> None:
+
+def parse_allow_hosts(names: Iterable[str]) -> dict[str, int | None]:
+    """``--allow-host`` values (``NAME``, ``NAME:PORT``, an address) as host -> port (None:
+    any port); `ConfigError` for one that is not a host."""
+    allowed: dict[str, int | None] = {}
+    for name in names:
+        split = _split_host(name)
+        if split is None or (_address(split[0]) is None and not _HOST_NAME.fullmatch(split[0])):
+            raise ConfigError(
+                f"--allow-host {name!r} is not a host name or address (with an optional "
+                f"port): give e.g. devbox.lan, devbox.lan:8000 or 192.168.1.20"
+            )
+        allowed[split[0]] = split[1]
+    return allowed
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    # A repeated header keeps its first value: any of them failing a check is enough,
+    # and the first is what Starlette's `Request.headers` reads too.
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        found.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return found
+
+
+def _given_token(headers: dict[str, str]) -> str:
+    explicit = headers.get("x-chaosllm-token", "").strip()
+    if explicit:
+        return explicit
+    scheme, _, credentials = headers.get("authorization", "").strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
+
+
+def _has_body(headers: dict[str, str]) -> bool:
+    if "transfer-encoding" in headers:
+        return True
+    length = headers.get("content-length", "").strip()
+    return bool(length) and length != "0"
+
+
+class ControlGuard:
+    """ASGI middleware refusing control calls that are neither local nor authorised, or
+    that a web page may have sent (module docstring)."""
+
+    def __init__(
+        self, app: ASGIApp, token: str | None = None, allow_hosts: Iterable[str] = ()
+    ) -> None:
         self.app = app
         self.token = token
+        self.allow_hosts = parse_allow_hosts(allow_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(CONTROL_PREFIX):
@@ -54,6 +176,15 @@ class ControlGuard:
         await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> str | None:
+        headers = _headers(scope)
+        return (
+            self._client_refusal(scope, headers)
+            or self._host_refusal(scope, headers)
+            or self._origin_refusal(scope, headers)
+            or self._content_type_refusal(scope, headers)
+        )
+
+    def _client_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
         if self.token is None:
             client = scope.get("client")
             if _is_loopback(client[0] if client else None):
@@ -62,17 +193,91 @@ class ControlGuard:
                 "The control plane answers loopback clients only. Start chaosllm with "
                 "--control-token TOKEN to control it from elsewhere."
             )
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        given = (
-            headers.get("x-chaosllm-token")
-            or headers.get("authorization", "").removeprefix("Bearer ").strip()
-        )
+        given = _given_token(headers)
         if given and hmac.compare_digest(given.encode(), self.token.encode()):
             return None
         return (
             "This control call needs the control token: send 'Authorization: Bearer "
             "TOKEN' or 'X-Chaosllm-Token: TOKEN'."
         )
+
+    def _host_allowed(self, scope: Scope, host: str, port: int | None) -> bool:
+        if host in LOOPBACK_NAMES:
+            return True
+        if host in self.allow_hosts:
+            wanted = self.allow_hosts[host]
+            return wanted is None or wanted == port
+        address = _address(host)
+        if address is None:
+            return False
+        if address.is_loopback:
+            return True
+        server = scope.get("server")
+        bound = _address(str(server[0])) if server else None
+        return bound is not None and bound == address
+
+    def _host_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
+        value = headers.get("host")
+        if value is None:  # HTTP/1.0: no browser sends a request without Host
+            return None
+        split = _split_host(value)
+        if split is not None and self._host_allowed(scope, *split):
+            return None
+        return (
+            f"The control plane refuses Host {value!r}: it answers only loopback names and "
+            f"addresses (localhost, 127.0.0.1, [::1]) and the server's own address, so a web "
+            f"page that rebinds its own name to this machine cannot reach it. To control "
+            f"chaosllm under another name, start it with --allow-host NAME "
+            f"(ChaosServer(allow_hosts=[NAME]))."
+        )
+
+    def _origin_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
+        origin = headers.get("origin")
+        if origin is not None and not _same_origin(scope, origin, headers.get("host")):
+            return (
+                f"The control plane refuses calls from web pages of another origin "
+                f"(Origin: {origin!r}): call it from a script, a test, the chaosllm CLI or "
+                f"curl, which send no Origin header. Provider endpoints are not affected."
+            )
+        fetch_site = headers.get("sec-fetch-site", "").strip().lower()
+        if fetch_site and fetch_site not in SAME_ORIGIN_FETCH:
+            return (
+                f"The control plane refuses calls a web page of another origin makes "
+                f"(Sec-Fetch-Site: {fetch_site}): call it from a script, a test, the chaosllm "
+                f"CLI or curl. Provider endpoints are not affected."
+            )
+        return None
+
+    def _content_type_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
+        if scope["method"] not in STATE_CHANGING or not _has_body(headers):
+            return None
+        given = headers.get("content-type", "")
+        if given.split(";", 1)[0].strip().lower() == JSON_TYPE:
+            return None
+        shown = f"Content-Type {given!r}" if given else "no Content-Type"
+        return (
+            f"A control call that changes state and has a body must send it as "
+            f"'Content-Type: {JSON_TYPE}' (this one has {shown}); a web page cannot send "
+            f"that to another origin, which is why it is required."
+        )
+
+
+def _same_origin(scope: Scope, origin: str, host: str | None) -> bool:
+    """Whether `origin` is the server's own: the scheme it is served on and the `host`
+    the request was sent to (default ports made explicit on both sides)."""
+    if host is None:
+        return False
+    scheme, sep, rest = origin.strip().lower().partition("://")
+    if not sep or "/" in rest:
+        return False
+    own_scheme = str(scope.get("scheme", "http")).lower()
+    if scheme != own_scheme:
+        return False
+    theirs, ours = _split_host(rest), _split_host(host)
+    if theirs is None or ours is None:
+        return False
+    default = _DEFAULT_PORTS.get(scheme)
+    return theirs[0] == ours[0] and (theirs[1] or default) == (ours[1] or default)
 
 
 def _bad_spec(exc: InvalidFaultSpec) -> JSONResponse:
