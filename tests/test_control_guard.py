@@ -1,7 +1,7 @@
 """No web page drives the control plane (issue #12 item 1), on real sockets and on both
 servers: a cross-origin simple POST, a foreign ``Host`` (DNS rebinding), a non-JSON body
 are refused and change nothing, while the SDK, the CLI and scripts keep working. Also the
-token scheme and argument (item 9)."""
+settle waits (item 7: no worker thread, bounded) and the token scheme (item 9)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,19 @@ import json
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import openai
 import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.errors import ServerError
+from chaosllm.http.control import SETTLE_LIMIT
 from tests.helpers import CLI, openai_client, read_until_eof, request_body, serving
 
 pytestmark = pytest.mark.timeout(60)
@@ -330,3 +334,109 @@ def test_control_token_argument_and_case_insensitive_bearer(kind: str) -> None:
         assert server.arm("http_503") and server.faults()["armed"]
         answer = raw(server, "POST", CHAT, {"Content-Type": "application/json"}, chat_body())
         assert answer.status == 503
+
+
+# -- settle waits (item 7) ------------------------------------------------------------------
+
+
+async def _stalled(client: httpx.AsyncClient, ready: anyio.Event, release: anyio.Event) -> None:
+    """A request the server stalls on: held open until `release`."""
+    headers = {"X-Chaosllm-Session": "stuck"}
+    body = request_body(NAME, stream=True)
+    async with client.stream("POST", CHAT, json=body, headers=headers) as response:
+        assert response.status_code == 200
+        ready.set()
+        await release.wait()
+
+
+def _active_settles(server: ChaosServer) -> int:
+    slots = getattr(server.app.state, "control_settle_slots", None)
+    return 0 if slots is None else int(slots.active)
+
+
+async def _until(condition: Any, within: float = 10.0) -> None:
+    with anyio.fail_after(within):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+def _settling(server: ChaosServer, waiting: int, measure: Any) -> dict[str, Any]:
+    """With a stalled request pending, `waiting` concurrent ``GET /__requests?settle=30``
+    waiting on it: `measure(client)` (its result), then the settles' answers once the
+    stalled request is released."""
+    server.arm("stall", match={"session": "stuck"}, max_ms=20_000)
+    results: dict[str, Any] = {"settles": []}
+
+    async def main() -> None:
+        limits = httpx.Limits(max_connections=waiting + 10, max_keepalive_connections=0)
+        async with httpx.AsyncClient(
+            base_url=server.url, limits=limits, timeout=SOCKET_TIMEOUT * 4
+        ) as client:
+            ready, release = anyio.Event(), anyio.Event()
+
+            async def settle_once() -> None:
+                answer = await client.get("/__requests", params={"settle": 30})
+                results["settles"].append(answer)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stalled, client, ready, release)
+                with anyio.fail_after(10):
+                    await ready.wait()
+                for _ in range(waiting):
+                    tg.start_soon(settle_once)
+                await _until(lambda: _active_settles(server) >= min(waiting, SETTLE_LIMIT))
+                results["measured"] = await measure(client)
+                release.set()
+                started = time.monotonic()
+            results["released_in"] = time.monotonic() - started
+
+    anyio.run(main)
+    return results
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_settles_use_no_worker_thread_and_do_not_slow_requests(kind: str, tmp_path: Path) -> None:
+    """45 settles (more than anyio's 40 worker threads) while a recorded request goes
+    upstream and is written to disk in a worker thread."""
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(
+            server=kind, mode="record-missing", upstream=upstream.url, record_dir=tmp_path
+        ) as proxy,
+    ):
+
+        async def measure(client: httpx.AsyncClient) -> list[float]:
+            took = []
+            for served in ("upstream", "exact"):  # recorded, then replayed from the recording
+                started = time.monotonic()
+                body = request_body("simple-chat/0001", stream=False)
+                answer = await client.post(CHAT, json=body)
+                took.append(time.monotonic() - started)
+                assert answer.status_code == 200
+                assert answer.headers["x-chaosllm-match"].split(",")[-1].strip() == served
+            return took
+
+        results = _settling(proxy, 45, measure)
+        assert max(results["measured"]) < 0.5, results["measured"]
+        assert len(list(tmp_path.rglob("*.json"))) >= 1
+        settles = results["settles"]
+        assert [a.status_code for a in settles] == [200] * 45
+        assert results["released_in"] < 5.0
+        outcomes = {e["session"]: e["outcome"] for e in settles[0].json()["requests"]}
+        assert outcomes["stuck"] == "client_gone"
+
+
+def test_settles_beyond_the_limit_are_answered_429(server: ChaosServer) -> None:
+    async def measure(client: httpx.AsyncClient) -> httpx.Response:
+        return await client.get("/__requests", params={"settle": 30})
+
+    results = _settling(server, SETTLE_LIMIT, measure)
+    busy = results["measured"]
+    assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+    assert busy.json()["error"]["code"] == "too_many_settles"
+    assert [a.status_code for a in results["settles"]] == [200] * SETTLE_LIMIT
+    assert _active_settles(server) == 0
+    # nothing pending: a settle answers at once and takes no slot
+    started = time.monotonic()
+    assert raw(server, "GET", "/__requests?settle=30").status == 200
+    assert time.monotonic() - started < 1.0

@@ -38,28 +38,33 @@ Who may call it (`ControlGuard`, an ASGI middleware, so it holds under every ser
 Every refusal is a 403 in the OpenAI envelope (``code: control_forbidden``) saying what
 to do. Provider endpoints (``/v1/...``) and ``/health`` are not control calls: the SDKs
 and their CORS choices are unaffected.
+
+``GET /__requests?settle=SECONDS`` waits on the event loop (polling the reports, no
+worker thread), and at most `SETTLE_LIMIT` such waits run at once per app; beyond that
+the call is answered 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
-import functools
 import hmac
 import ipaddress
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
 
-import anyio.to_thread
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chaosllm.core.journal import JournalEntry
 from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
 from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs, spec_from_query
 from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
 from chaosllm.store.profiles import Profile, list_profiles, load_profile, parse_profile
 
-__all__ = ["ControlGuard", "control_routes", "parse_allow_hosts"]
+__all__ = ["SETTLE_LIMIT", "ControlGuard", "control_routes", "parse_allow_hosts", "settle"]
 
 CONTROL_PREFIX = "/__"
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -70,6 +75,11 @@ SAME_ORIGIN_FETCH = frozenset({"same-origin", "none"})
 user's own doing (typing the URL)."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\.?")
+
+SETTLE_LIMIT = 64
+"""Most ``GET /__requests?settle=`` waits running at once (per app); more are 429."""
+SETTLE_POLL = 0.02
+"""Longest pause between two looks at a pending report while settling (seconds)."""
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -384,23 +394,84 @@ async def arm_profile(request: Request) -> Response:
     )
 
 
+class _SettleSlots:
+    """How many settles run at once on one app (a lock: an app may be served by more
+    than one event loop)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.active >= self.limit:
+                return False
+            self.active += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+
+_slots_lock = threading.Lock()
+
+
+def _settle_slots(request: Request) -> _SettleSlots:
+    state = request.app.state
+    with _slots_lock:
+        slots: _SettleSlots | None = getattr(state, "control_settle_slots", None)
+        if slots is None:
+            slots = state.control_settle_slots = _SettleSlots(SETTLE_LIMIT)
+    return slots
+
+
+async def settle(entries: Sequence[JournalEntry], seconds: float) -> bool:
+    """Wait up to `seconds` for every entry's answer to be settled, on the event loop: a
+    look at the reports, then a pause (growing from 1 ms to `SETTLE_POLL`), never a
+    worker thread. Whether all settled."""
+    deadline = anyio.current_time() + seconds
+    pause = 0.001
+    for entry in entries:
+        while entry.report.outcome is None:
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                return False
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, SETTLE_POLL)
+    return True
+
+
 async def journal(request: Request) -> Response:
     """``?session=`` filters (and, with DELETE, clears only that session);
-    ``?settle=SECONDS`` first waits that long at most for answers still being written."""
+    ``?settle=SECONDS`` first waits that long at most (30 s) for answers still being
+    written (at most `SETTLE_LIMIT` at once: more are answered 429)."""
     state = chaos_state(request)
     session = request.query_params.get("session")
     if request.method == "DELETE":
         return JSONResponse({"cleared": state.journal.clear(session)})
     try:
-        settle = min(float(request.query_params.get("settle", "0")), 30.0)
+        seconds = min(float(request.query_params.get("settle", "0")), 30.0)
     except ValueError:
         return openai_error(400, "settle must be a number of seconds", param="settle")
-    if settle > 0:
-        entries = await anyio.to_thread.run_sync(
-            functools.partial(state.journal.entries, session, settle=settle)
-        )
-    else:
-        entries = state.journal.entries(session)
+    entries = state.journal.entries(session)
+    if seconds > 0 and any(e.report.outcome is None for e in entries):
+        slots = _settle_slots(request)
+        if not slots.take():
+            busy = openai_error(
+                429,
+                f"{slots.limit} GET /__requests?settle= calls are already waiting; retry in "
+                f"a second, or ask without settle.",
+                type_="rate_limit_error",
+                code="too_many_settles",
+            )
+            busy.headers["retry-after"] = "1"
+            return busy
+        try:
+            await settle(entries, seconds)
+        finally:
+            slots.give_back()
     unused = [e.name for e in state.matcher.unused()]
     summary = {
         "requests": len(entries),
