@@ -114,9 +114,9 @@ def app_costs(
     import bare_app
 
     from chaosllm.config import ServerConfig
-    from chaosllm.http.state import ChaosState
     from chaosllm.faults import parse_fault_specs
     from chaosllm.http.app import create_app
+    from chaosllm.http.state import ChaosState
 
     def chaos_app(faults_by: str | None) -> tuple[App, ChaosState]:
         state = ChaosState.from_config(ServerConfig(recordings=[payloads.recordings]))

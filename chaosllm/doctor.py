@@ -50,7 +50,6 @@ from chaosllm.errors import InvalidRequest, RecordingError, UnknownFormat
 from chaosllm.faults.catalogue import MALFORMED_TOOL_ARGS
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS
-from chaosllm.providers.conversation import validate_conversation
 from chaosllm.store.formats import FORMATS, NATIVE, parse_data, read_data, recording_files
 from chaosllm.store.redact import KEY_PATTERNS, REDACTED, SECRET_HEADERS, Redactor
 
@@ -208,7 +207,7 @@ def _exchange_problems(exchange: Exchange) -> list[Problem]:
         problems.append(Problem("error", "stale_digest", path, where + message))
     body = exchange.request.body
     if exchange.keyed_by == Keying.REQUEST:
-        paths = getattr(provider, "paths", ())
+        paths = provider.paths
         if paths and exchange.request.path not in paths:
             problems.append(
                 Problem(
@@ -241,7 +240,7 @@ def _exchange_problems(exchange: Exchange) -> list[Problem]:
                     f"redacted before keying, so none can match it",
                 )
             )
-        for finding in validate_conversation(body):
+        for finding in provider.conversation_findings(body):
             if finding.check in _PAIRING:
                 problems.append(
                     Problem(

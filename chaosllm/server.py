@@ -38,6 +38,7 @@ from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
+from chaosllm.providers import error_body_for_path
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import load_profile
 from chaosllm.wire import PlanAborted, WireServer
@@ -75,7 +76,13 @@ def _url(host: str, port: int) -> str:
 async def _serve_builtin(
     app: Starlette, host: str, port: int, config: ServerConfig, ready: Any, stop: anyio.Event
 ) -> None:
-    server = WireServer(app, host=host, port=port, max_body_bytes=config.max_body_bytes)
+    server = WireServer(
+        app,
+        host=host,
+        port=port,
+        max_body_bytes=config.max_body_bytes,
+        error_body=error_body_for_path,
+    )
     async with anyio.create_task_group() as tg:
         bound = await tg.start(server.serve)
         ready(bound)

@@ -1,14 +1,175 @@
-"""Plain helpers shared by the test modules (fixtures live in conftest.py)."""
+"""Plain helpers shared by the test modules (fixtures live in conftest.py): the shipped
+recordings, servers and SDK clients, raw sockets, plans and fault transforms, files."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, cast
 
+import openai
 from openai.types.chat import ChatCompletionMessageParam
+
+from chaosllm import ChaosServer
+from chaosllm.faults import FaultContext, apply_fault, parse_fault_spec
+from chaosllm.model import ResponsePlan
+from chaosllm.store.recordings import shipped_dir
+
+RECORDINGS = shipped_dir("recordings")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+"""The example clients (``examples/``)."""
+CLI = [sys.executable, "-m", "chaosllm"]
+
+CLOCK_SLACK = 0.02
+"""Lower bounds on elapsed time allow this much: asyncio fires a timer up to one clock
+resolution early, and a test measured a 200 ms stall as 0.197 s."""
+
+
+# -- the shipped recordings ------------------------------------------------------------
+
+
+def recording(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RECORDINGS / f"{name}.json").read_text("utf-8"))
+    return data
+
+
+def all_recordings(provider: str = "openai.chat") -> list[str]:
+    """The shipped recordings of one provider (``<scenario>/<NNNN>``)."""
+    return sorted(
+        p.relative_to(RECORDINGS).with_suffix("").as_posix()
+        for p in RECORDINGS.glob("*/*.json")
+        if json.loads(p.read_text("utf-8")).get("provider", "openai.chat") == provider
+    )
+
+
+def request_body(name: str, *, stream: bool) -> dict[str, Any]:
+    """The recorded request as the client sent it, as a JSON or a streaming call."""
+    body = dict(recording(name)["request"]["body"])
+    body.pop("stream", None)
+    body.pop("stream_options", None)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+# -- servers and clients ---------------------------------------------------------------
+
+
+@contextmanager
+def serving(
+    *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`chaosllm serve --port 0 ARGS` as a subprocess: its URL and process; stopped with
+    SIGTERM (then SIGKILL) on exit."""
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # flushed at once; bounded by the test timeout
+        assert line.startswith("chaosllm listening on http://127.0.0.1:"), (
+            line,
+            proc.stderr.read() if proc.stderr and proc.poll() is not None else "",
+        )
+        yield line.split()[-1], proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@contextmanager
+def recording_proxy(
+    mode: str = "record", **options: Any
+) -> Iterator[tuple[ChaosServer, ChaosServer]]:
+    """An upstream (a chaosllm replaying the shipped recordings) and a `ChaosServer` in
+    `mode` (record, record-missing, passthrough) in front of it, with `options`
+    (``record_dir``...): ``(upstream, proxy)``."""
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(mode=mode, upstream=upstream.url, **options) as proxy,
+    ):
+        yield upstream, proxy
+
+
+def openai_client(server: ChaosServer, **options: Any) -> openai.OpenAI:
+    """An SDK client for `server` (use it in a `with` block: it owns sockets)."""
+    options = {"api_key": "sk-test", "max_retries": 0, "timeout": 10, **options}
+    return openai.OpenAI(base_url=server.base_url, **options)
+
+
+def async_openai_client(server: ChaosServer, **options: Any) -> openai.AsyncOpenAI:
+    """`openai_client`'s async twin (use it in an `async with` block)."""
+    options = {"api_key": "sk-test", "max_retries": 0, "timeout": 10, **options}
+    return openai.AsyncOpenAI(base_url=server.base_url, **options)
 
 
 def chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[ChatCompletionMessageParam]:
     """Chat messages built as JSON (recorded, or from an SDK object's ``model_dump``) as
     the SDK's message params: the JSON value narrowed for the type checker, unchanged."""
     return cast("list[ChatCompletionMessageParam]", list(messages))
+
+
+# -- raw sockets -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A local port nothing listens on (bound once, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def read_until_eof(sock: socket.socket) -> bytes:
+    """Every byte the peer sends until it closes the connection."""
+    data = bytearray()
+    while True:
+        got = sock.recv(65536)
+        if not got:
+            return bytes(data)
+        data += got
+
+
+# -- plans and fault transforms --------------------------------------------------------
+
+
+def piece_texts(plan: ResponsePlan, errors: str = "strict") -> list[str]:
+    """The plan's pieces as text (for a stream: its frames, as a provider parses them)."""
+    return [p.data.decode("utf-8", errors) for p in plan.pieces]
+
+
+def faulted(plan: ResponsePlan, ctx: FaultContext, type_: str, **params: Any) -> ResponsePlan:
+    """`plan` transformed by the fault `type_` with `params`, which must apply."""
+    out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
+    assert out is not None
+    return out
+
+
+# -- files -----------------------------------------------------------------------------
+
+
+def write(path: Path, data: Any) -> Path:
+    """`data` at `path` (parents made): a string as it is, anything else as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2), "utf-8")
+    return path

@@ -25,7 +25,7 @@ from chaosllm.model import (
 from chaosllm.providers import PROVIDERS, provider_for_path
 from chaosllm.providers.anthropic_messages import AnthropicMessages, iter_events
 from chaosllm.providers.base import ErrorKind
-from tests.conftest import all_recordings, recording
+from tests.helpers import all_recordings, piece_texts, recording
 
 P = AnthropicMessages()
 NAMES = all_recordings("anthropic.messages")
@@ -37,10 +37,7 @@ BASE = {
 
 
 def events(plan: ResponsePlan) -> list[tuple[str | None, dict[str, Any]]]:
-    return [
-        (name, json.loads(data))
-        for name, data in iter_events([p.data.decode() for p in plan.pieces])
-    ]
+    return [(name, json.loads(data)) for name, data in iter_events(piece_texts(plan))]
 
 
 def exchange(answer: JSON, *, request: JSON = BASE) -> Exchange:
@@ -179,7 +176,7 @@ def test_stream_event_sequence() -> None:
         json.loads("".join(d["partial_json"] for d in deltas if d["type"] == "input_json_delta"))
         == body["content"][1]["input"]
     )
-    assert P.assemble([p.data.decode() for p in plan.pieces]) == body
+    assert P.assemble(piece_texts(plan)) == body
 
 
 def test_thinking_stream_has_signature_delta() -> None:
@@ -187,7 +184,7 @@ def test_thinking_stream_has_signature_delta() -> None:
     plan = P.render(exchange(body), {**BASE, "stream": True}, timing=0)
     deltas = [e["delta"]["type"] for _, e in events(plan) if e["type"] == "content_block_delta"]
     assert "thinking_delta" in deltas and deltas.count("signature_delta") == 1
-    assert P.assemble([p.data.decode() for p in plan.pieces]) == body
+    assert P.assemble(piece_texts(plan)) == body
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -308,7 +305,7 @@ def test_cuts_never_keep_finishing_frames() -> None:
         assert plan is not None
         kinds = [e["type"] for _, e in events(plan)]
         assert "message_delta" not in kinds and "message_stop" not in kinds, kind
-        assert not P.stream_complete([p.data.decode() for p in plan.pieces])
+        assert not P.stream_complete(piece_texts(plan))
     plan = faulted(
         {"type": "dropped_connection", "after_chunks": 2}, "anthropic-stream/0001", stream=True
     )
@@ -322,7 +319,7 @@ def test_empty_response(stream: bool) -> None:
     if stream:
         kinds = [e["type"] for _, e in events(plan)]
         assert kinds == ["message_start", "ping", "message_delta", "message_stop"]
-        answer = P.assemble([p.data.decode() for p in plan.pieces])
+        answer = P.assemble(piece_texts(plan))
     else:
         answer = json.loads(plan.body())
     assert answer["content"] == [] and answer["stop_reason"] == "end_turn"
@@ -357,4 +354,4 @@ def test_fallback_is_a_message() -> None:
     answer = P.fallback(BASE, "ab" * 32)
     assert answer["type"] == "message" and "ab" * 12 in answer["content"][0]["text"]
     plan = P.render(exchange(answer), {**BASE, "stream": True}, timing=0)
-    assert P.assemble([p.data.decode() for p in plan.pieces]) == answer
+    assert P.assemble(piece_texts(plan)) == answer

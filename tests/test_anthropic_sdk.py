@@ -17,7 +17,7 @@ from anthropic.types import Message
 
 from chaosllm import ChaosServer
 from chaosllm.providers.anthropic_messages import iter_events
-from tests.conftest import all_recordings, recording
+from tests.helpers import all_recordings, recording, recording_proxy
 
 NAMES = all_recordings("anthropic.messages")
 
@@ -281,8 +281,7 @@ def test_empty_response_is_an_empty_message(sdk: anthropic.Anthropic, server: Ch
 def test_record_then_replay(tmp_path: Path) -> None:
     names = ["anthropic-text/0001", "anthropic-tools/0001", "anthropic-thinking/0001"]
     with (
-        ChaosServer() as upstream,
-        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
+        recording_proxy(record_dir=tmp_path) as (_, proxy),
         client(proxy) as c,
     ):
         for name in names:
@@ -325,8 +324,7 @@ def test_stall_times_out(server: ChaosServer) -> None:
 
 def test_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
     with (
-        ChaosServer() as upstream,
-        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
+        recording_proxy(record_dir=tmp_path) as (upstream, proxy),
         client(proxy) as c,
     ):
         upstream.arm("truncated_stream", after_chunks=4)

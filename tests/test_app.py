@@ -13,7 +13,7 @@ import pytest
 from chaosllm.config import OnMiss, ServerConfig
 from chaosllm.http.app import create_app
 from chaosllm.store.recordings import shipped_dir
-from tests.conftest import recording, request_body
+from tests.helpers import recording, request_body
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer, InvalidFaultSpec, ServerError
-from tests.conftest import recording, request_body
+from tests.helpers import recording, request_body
 
 
 def test_urls_and_lifecycle() -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from chaosllm import ChaosServer
-from tests.conftest import CLI, recording, request_body, serving
+from tests.helpers import CLI, free_port, recording, request_body, serving
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -152,10 +152,7 @@ def test_fault_url_and_token_also_after_the_action() -> None:
 
 
 def test_fault_command_with_no_server() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = run("fault", "list", env={"CHAOSLLM_URL": f"http://127.0.0.1:{port}"})
+    result = run("fault", "list", env={"CHAOSLLM_URL": f"http://127.0.0.1:{free_port()}"})
     assert result.returncode == 1 and "cannot reach the server" in result.stderr
 
 

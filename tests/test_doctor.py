@@ -6,7 +6,6 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
@@ -15,15 +14,9 @@ from chaosllm.cli import main
 from chaosllm.doctor import Problem, diagnose
 from chaosllm.store.formats.hashkeyed import request_digest
 from chaosllm.store.recordings import shipped_dir
-from tests.conftest import recording
+from tests.helpers import recording, write
 
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
-
-
-def write(path: Path, data: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2), "utf-8")
-    return path
 
 
 def problems(root: Path, check: str) -> list[Problem]:

@@ -17,6 +17,7 @@ from chaosllm.model import (
     ResponsePlan,
 )
 from chaosllm.providers.openai_chat import OpenAIChat, iter_frame_payloads
+from tests.helpers import faulted, piece_texts
 
 P = OpenAIChat()
 REQUEST = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -83,13 +84,11 @@ def fault(
     type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False, **params: Any
 ) -> tuple[ResponsePlan, ResponsePlan]:
     plan, ctx = context(answer, stream)
-    out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
-    assert out is not None
-    return plan, out
+    return plan, faulted(plan, ctx, type_, **params)
 
 
 def frames(plan: ResponsePlan) -> list[str]:
-    return list(iter_frame_payloads([p.data.decode("utf-8", "replace") for p in plan.pieces]))
+    return list(iter_frame_payloads(piece_texts(plan, "replace")))
 
 
 def test_every_type_transforms_both_kinds_of_request() -> None:

@@ -18,7 +18,7 @@ import pytest
 from chaosllm import ChaosServer
 from chaosllm.faults import FAULT_TYPES
 from chaosllm.store.profiles import list_profiles
-from tests.conftest import request_body
+from tests.helpers import request_body
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -25,7 +25,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from chaosllm import ChaosServer
-from tests.conftest import CLOCK_SLACK, recording, request_body
+from tests.helpers import CLOCK_SLACK, openai_client, recording, request_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -103,12 +103,8 @@ def run(
     completion: ChatCompletion | None = None
     chunks: list[ChatCompletionChunk] = []
     headers = {"X-Chaosllm-Session": session} if session else None
-    with openai.OpenAI(
-        base_url=server.base_url,
-        api_key="sk-test",
-        max_retries=max_retries,
-        timeout=timeout,
-        default_headers=headers,
+    with openai_client(
+        server, max_retries=max_retries, timeout=timeout, default_headers=headers
     ) as client:
         raised_in = "create"
         try:

@@ -23,7 +23,7 @@ import pytest
 from chaosllm import ChaosServer
 from chaosllm.faults import FAULT_TYPES
 from chaosllm.faults.transform import DEFAULT_GARBAGE
-from tests.conftest import CLOCK_SLACK, recording, request_body
+from tests.helpers import CLOCK_SLACK, recording, request_body
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -19,7 +19,7 @@ from chaosllm import ChaosServer
 from chaosllm.model import Keying
 from chaosllm.store.formats import hashkeyed
 from chaosllm.store.recordings import RecordingStore
-from tests.conftest import openai_client
+from tests.helpers import openai_client
 
 
 def compute_hash(payload: dict[str, Any]) -> str:
@@ -125,12 +125,6 @@ def fixtures_dir(tmp_path: Path) -> Path:
 def server(fixtures_dir: Path) -> Iterator[ChaosServer]:
     with ChaosServer(fixtures_dir) as srv:
         yield srv
-
-
-@pytest.fixture
-def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as client:
-        yield client
 
 
 def test_the_loader_computes_the_documents_hash() -> None:
@@ -239,9 +233,7 @@ def test_a_miss_logs_the_hash_line_and_the_request(
     }
     with (
         ChaosServer(fixtures_dir, on_miss="fallback") as server,
-        openai.OpenAI(
-            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as sdk,
+        openai_client(server) as sdk,
         caplog.at_level(logging.WARNING, "chaosllm"),
     ):
         first = sdk.chat.completions.create(**unknown)

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
 from openai.types.chat import ChatCompletionMessageParam
@@ -20,6 +19,7 @@ from chaosllm.doctor import diagnose
 from chaosllm.model import Keying
 from chaosllm.store.formats.importer import import_recordings
 from chaosllm.store.recordings import RecordingStore
+from tests.helpers import openai_client
 from tests.test_formats_hashkeyed import ASK, WEATHER, compute_hash
 from tests.test_formats_trace import RECORDED, STEERING
 from tests.test_formats_vcr import cassette
@@ -74,9 +74,7 @@ def test_hash_keyed_import_replays_identically(
     with ChaosServer(hashed) as before, ChaosServer(dest) as after:
         for body in (ASK, WEATHER):
             assert frames(before, body) == frames(after, body)
-        with openai.OpenAI(
-            base_url=after.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as sdk:
+        with openai_client(after) as sdk:
             assert sdk.chat.completions.create(**ASK).choices[0].message.content == "Short answer."
 
 
@@ -96,9 +94,7 @@ def test_trace_import_keeps_order_and_extras(tmp_path: Path) -> None:
     assert store.scenario_info["recorded"]["http_exchanges"] == RECORDED["http_exchanges"]
     with (
         ChaosServer(tmp_path / "native") as server,
-        openai.OpenAI(
-            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as sdk,
+        openai_client(server) as sdk,
     ):
         ask: list[ChatCompletionMessageParam] = [
             {"role": "user", "content": "Write hello to /tmp/test.txt"}

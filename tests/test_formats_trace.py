@@ -17,7 +17,7 @@ from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageToolCa
 from chaosllm import ChaosServer
 from chaosllm.model import Keying
 from chaosllm.store.recordings import RecordingStore
-from tests.helpers import chat_messages
+from tests.helpers import chat_messages, openai_client
 
 STEERING = {
     "model_name": "advanced-steering",
@@ -184,13 +184,7 @@ def server(traces: Path) -> Iterator[ChaosServer]:
 
 
 def sdk_for(server: ChaosServer, session: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=server.base_url,
-        api_key="sk-test",
-        max_retries=0,
-        timeout=10,
-        default_headers={"X-Chaosllm-Session": session},
-    )
+    return openai_client(server, default_headers={"X-Chaosllm-Session": session})
 
 
 def tool_result(call: ChatCompletionMessageToolCallUnion, content: str) -> dict[str, Any]:

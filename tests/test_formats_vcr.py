@@ -23,7 +23,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from chaosllm import ChaosServer
 from chaosllm.store.recordings import RecordingStore
-from tests.conftest import openai_client
+from tests.helpers import openai_client
 
 URI = "https://api.openai.com/v1/chat/completions"
 ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello in French."}]
@@ -208,12 +208,6 @@ def server(cassettes: Path) -> Iterator[ChaosServer]:
         yield srv
 
 
-@pytest.fixture
-def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as client:
-        yield client
-
-
 def test_cassette_loads_its_chat_calls(cassettes: Path) -> None:
     store = RecordingStore.load([cassettes])
     assert store.errors == []
@@ -290,9 +284,7 @@ def test_older_vcrpy_httpx_cassettes_replay(tmp_path: Path) -> None:
     (tmp_path / "old.yml").write_text(OLD_FORMAT, "utf-8")
     with (
         ChaosServer(tmp_path) as server,
-        openai.OpenAI(
-            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as sdk,
+        openai_client(server) as sdk,
     ):
         completion = sdk.chat.completions.create(
             model="gpt-4o-mini", messages=[{"role": "user", "content": "Ping?"}]

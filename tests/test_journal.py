@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chaosllm.core.journal import Journal
-from chaosllm.model import Outcome
+from chaosllm.core.report import Outcome
 
 
 def add(journal: Journal, session: str | None = None) -> int:

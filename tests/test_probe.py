@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from chaosllm.testing.probe import BaselineFailed, Verdict, probe
+from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.slow
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 NAIVE = {
     "empty_response": {"json": "wrong answer", "stream": "wrong answer"},

@@ -5,16 +5,15 @@ Anthropic client."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
 from chaosllm.pytest_plugin import ChaosHandle
 from chaosllm.testing.probe import probe
+from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FAULTS = [
     {"type": t}
     for t in (

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -25,9 +24,9 @@ from chaosllm.resilience import (
     format_journal,
 )
 from chaosllm.strategies import fault_schedules
-from tests.conftest import recording, request_body
+from tests.helpers import EXAMPLES, recording, request_body
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(EXAMPLES))
 import agent_flow
 from resilient_client import ResilientClient, RetryBudgetExceeded
 

@@ -24,7 +24,7 @@ from chaosllm.resilience import (
     call_within,
     format_journal,
 )
-from tests.conftest import recording, request_body
+from tests.helpers import async_openai_client, recording, request_body
 
 pytestmark = pytest.mark.slow
 
@@ -183,9 +183,7 @@ def test_async_client_same_facts(shared_server: ChaosServer) -> None:
 
     async def main() -> None:
         with anyio.fail_after(20):
-            async with openai.AsyncOpenAI(
-                base_url=shared_server.base_url, api_key="k", max_retries=2, timeout=5
-            ) as sdk:
+            async with async_openai_client(shared_server, max_retries=2, timeout=5) as sdk:
                 shared_server.arm("http_503", remaining=2, retry_after=0.01)
                 completion = await sdk.chat.completions.create(**JSON_BODY)
                 assert completion.choices[0].message.content == ANSWER

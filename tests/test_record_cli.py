@@ -13,7 +13,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.store.recordings import shipped_dir
-from tests.conftest import CLI, request_body, serving
+from tests.helpers import CLI, recording_proxy, request_body, serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,8 +89,7 @@ def test_serve_refuses_incomplete_proxy_configurations(args: list[str], fragment
 
 def test_passthrough_under_uvicorn(tmp_path: Path) -> None:
     with (
-        ChaosServer() as upstream,
-        ChaosServer(mode="passthrough", upstream=upstream.url, server="uvicorn") as proxy,
+        recording_proxy("passthrough", server="uvicorn") as (upstream, proxy),
         openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=10) as client,
     ):
         direct = request_body("streaming-tools/0001", stream=True)

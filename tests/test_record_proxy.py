@@ -12,7 +12,6 @@ import asyncio
 import errno
 import json
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -27,7 +26,7 @@ from chaosllm import ChaosServer
 from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS
 from chaosllm.store.recordings import RecordingStore
-from tests.conftest import recording, request_body
+from tests.helpers import free_port, openai_client, recording, request_body
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,9 +83,7 @@ def proxy(upstream: ChaosServer, record_dir: Path) -> Proxy:
 
 @contextmanager
 def sdk(server: ChaosServer, **kwargs: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=server.base_url, api_key=KEY, max_retries=0, timeout=10, **kwargs
-    ) as client:
+    with openai_client(server, api_key=KEY, **kwargs) as client:
         yield client
 
 
@@ -469,13 +466,6 @@ def test_planted_keys_never_reach_a_recording_and_replays_still_match(
 
 
 # -- the environment's failures ----------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def test_an_unreachable_upstream_is_a_502_naming_it(record_dir: Path) -> None:

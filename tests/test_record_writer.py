@@ -19,7 +19,7 @@ from chaosllm.model import Exchange
 from chaosllm.store.recordings import RecordingStore, parse_exchange
 from chaosllm.store.redact import Redactor
 from chaosllm.store.writer import TEMP_PREFIX, RecordingWriter
-from tests.conftest import RECORDINGS, recording
+from tests.helpers import RECORDINGS, recording
 
 KEY = "sk-proj-" + "Q" * 40
 

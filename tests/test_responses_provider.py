@@ -26,7 +26,7 @@ from chaosllm.model import (
 )
 from chaosllm.providers import PROVIDERS, provider_for_path
 from chaosllm.providers.openai_responses import OpenAIResponses, iter_events
-from tests.conftest import all_recordings, recording
+from tests.helpers import all_recordings, faulted, piece_texts, recording
 
 P = OpenAIResponses()
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -113,7 +113,7 @@ def exchange(
 
 def events(plan: ResponsePlan) -> list[dict[str, Any]]:
     out = []
-    for name, data in iter_events([p.data.decode() for p in plan.pieces]):
+    for name, data in iter_events(piece_texts(plan)):
         event = json.loads(data)
         assert name == event["type"]
         out.append(event)
@@ -364,9 +364,7 @@ def fault(
     type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False, **params: Any
 ) -> tuple[ResponsePlan, ResponsePlan]:
     plan, ctx = context(answer, stream)
-    out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
-    assert out is not None
-    return plan, out
+    return plan, faulted(plan, ctx, type_, **params)
 
 
 def test_every_fault_type_applies_to_both_kinds_of_request() -> None:
@@ -439,9 +437,7 @@ def test_http_errors_carry_the_envelope(
 def test_empty_response(stream: bool) -> None:
     answer = response(REASONING, message("Paris."), call("{}"))
     _, out = fault("empty_response", answer, stream)
-    body = (
-        json.loads(out.body()) if not stream else P.assemble([p.data.decode() for p in out.pieces])
-    )
+    body = json.loads(out.body()) if not stream else P.assemble(piece_texts(out))
     parsed = Response.model_validate(body)
     assert parsed.output_text == "" and len(parsed.output) == 1
     assert parsed.output[0].type == "message" and parsed.output[0].content == []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,13 @@ from pydantic import TypeAdapter
 
 from chaosllm import ChaosServer
 from chaosllm.providers.openai_responses import iter_events
-from tests.conftest import all_recordings, openai_client, recording
+from tests.helpers import (
+    all_recordings,
+    async_openai_client,
+    openai_client,
+    recording,
+    recording_proxy,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,12 +55,6 @@ def request(name: str, *, stream: bool = False) -> dict[str, Any]:
 
 def expected(name: str) -> Response:
     return Response.model_validate(recording(name)["response"]["body"])
-
-
-@pytest.fixture
-def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as client:
-        yield client
 
 
 # -- replay ---------------------------------------------------------------------------
@@ -135,9 +134,7 @@ def test_async_create_and_stream(shared_server: ChaosServer, name: str) -> None:
             await exercise()
 
     async def exercise() -> None:
-        async with openai.AsyncOpenAI(
-            base_url=shared_server.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as client:
+        async with async_openai_client(shared_server) as client:
             assert await client.responses.create(**request(name)) == expected(name)
             stream = await client.responses.create(**request(name, stream=True))
             async with stream:
@@ -170,8 +167,7 @@ def test_bad_request_is_a_bad_request_error(sdk: openai.OpenAI) -> None:
 def test_record_then_replay_through_the_proxy(tmp_path: Path) -> None:
     record_dir = tmp_path / "recorded"
     with (
-        ChaosServer() as upstream,
-        ChaosServer(mode="record", upstream=upstream.url, record_dir=record_dir) as proxy,
+        recording_proxy(record_dir=record_dir) as (_, proxy),
         openai_client(proxy) as client,
     ):
         json_answer = client.responses.create(**request(TOOLS))
@@ -221,9 +217,7 @@ def run(
     raised_in: str | None = "create"
     result: Response | None = None
     events: list[Any] = []
-    with openai.OpenAI(
-        base_url=server.base_url, api_key="sk-test", max_retries=max_retries, timeout=timeout
-    ) as client:
+    with openai_client(server, max_retries=max_retries, timeout=timeout) as client:
         try:
             if how == "json":
                 result = client.responses.create(**request(name))

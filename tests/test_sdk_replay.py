@@ -4,7 +4,6 @@ comes back as the SDK objects it encodes, sync and async, JSON and stream."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -15,15 +14,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from chaosllm import ChaosServer
 from chaosllm.providers.openai_chat import iter_frame_payloads
-from tests.conftest import all_recordings, openai_client, recording, request_body
+from tests.helpers import all_recordings, async_openai_client, recording, request_body
 
 NAMES = all_recordings()
-
-
-@pytest.fixture
-def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as client:
-        yield client
 
 
 def expected_completion(name: str) -> ChatCompletion:
@@ -116,9 +109,7 @@ def test_async_json_and_stream(shared_server: ChaosServer, name: str) -> None:
             await exercise()
 
     async def exercise() -> None:
-        async with openai.AsyncOpenAI(
-            base_url=shared_server.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as client:
+        async with async_openai_client(shared_server) as client:
             completion = await client.chat.completions.create(**request_body(name, stream=False))
             assert completion == expected_completion(name)
             stream = await client.chat.completions.create(**request_body(name, stream=True))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from chaosllm.store.recordings import (
     safe_child,
     shipped_dir,
 )
+from tests.helpers import write
 
 P = OpenAIChat()
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -51,11 +51,6 @@ def recording(**overrides: Any) -> dict[str, Any]:
     }
     data.update(overrides)
     return data
-
-
-def write(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
 
 
 def test_loader_computes_the_digest_and_keeps_a_stale_one_for_doctor(tmp_path: Path) -> None:

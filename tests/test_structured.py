@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.core.structured import answer_schema_problem, request_schema
-from tests.conftest import recording, request_body
+from tests.helpers import openai_client, recording, request_body
 
 NAME = "structured-output/0001"
 
@@ -64,14 +63,6 @@ def test_answer_checks() -> None:
     assert problem is not None and "not a valid JSON Schema" in problem
 
 
-@pytest.fixture
-def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
-    ) as client:
-        yield client
-
-
 def test_a_matching_answer_replays(sdk: openai.OpenAI) -> None:
     completion = sdk.chat.completions.create(**request_body(NAME, stream=False))
     event = json.loads(completion.choices[0].message.content or "")
@@ -86,13 +77,7 @@ def test_a_schema_changed_under_a_recording_is_an_error(server: ChaosServer) -> 
     # served in order to this session, whatever the request says
     server.use_scenario("structured-output", "schema")
     with (
-        openai.OpenAI(
-            base_url=server.base_url,
-            api_key="sk-test",
-            max_retries=0,
-            timeout=10,
-            default_headers={"X-Chaosllm-Session": "schema"},
-        ) as sdk,
+        openai_client(server, default_headers={"X-Chaosllm-Session": "schema"}) as sdk,
         pytest.raises(openai.UnprocessableEntityError) as caught,
     ):
         sdk.chat.completions.create(**changed)

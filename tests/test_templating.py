@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from chaosllm import ChaosServer
@@ -24,7 +23,7 @@ from chaosllm.store.templating import (
     substitute_workspace,
     tokenize_workspace,
 )
-from tests.helpers import chat_messages
+from tests.helpers import chat_messages, openai_client
 
 P = OpenAIChat()
 LIVE = "/tmp/chaos-run-42/workspace"
@@ -299,9 +298,7 @@ def test_workspace_templating_through_the_sdk(workspace_server: ChaosServer) -> 
         assert control.post("/__fault", json={"type": "http_503"}).status_code == 201
         r = control.post("/__workspace", json={"path": LIVE})
         assert r.json() == {"workspace": LIVE, "disarmed": 1}  # faults disarmed
-    with openai.OpenAI(
-        base_url=workspace_server.base_url, api_key="sk-test", max_retries=0, timeout=10
-    ) as sdk:
+    with openai_client(workspace_server) as sdk:
         completion_ = sdk.chat.completions.create(**live_request())
         with sdk.chat.completions.create(**live_request(), stream=True) as stream:
             pieces = [
@@ -377,9 +374,7 @@ def test_ids_minted_in_an_earlier_step_are_remapped(tmp_path: Path) -> None:
     live_id = "9e8d7c6b-5a49-4838-a726-150f0e0d0c0b"
     with (
         ChaosServer(tmp_path) as server,
-        openai.OpenAI(
-            base_url=server.base_url, api_key="sk-test", max_retries=0, timeout=10
-        ) as sdk,
+        openai_client(server) as sdk,
     ):
         step1 = sdk.chat.completions.create(
             model="gpt-4o", messages=chat_messages(spawn_flow("")[:2])

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from chaosllm import ChaosServer
-from tests.conftest import recording
+from tests.helpers import recording
 
 
 def test_unused_lists_what_was_never_served_since_the_last_reset(tmp_path: Path) -> None:

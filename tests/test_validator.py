@@ -15,7 +15,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.providers.conversation import Finding, has_system_prompt, validate_conversation
-from tests.conftest import all_recordings, recording
+from tests.helpers import all_recordings, recording
 
 SYSTEM = {"role": "system", "content": "You are a helpful agent."}
 USER = {"role": "user", "content": "What is the weather in Paris and Rome?"}

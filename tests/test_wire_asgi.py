@@ -17,9 +17,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
-from chaosllm.model import Ending, Framing, Outcome, Piece, PlanReport, ResponsePlan
+from chaosllm.core.report import Outcome, PlanReport
+from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.wire import PlanAborted, PlanResponse, send_plan
 from chaosllm.wire.asgi import Receive, Scope, Send
+from tests.helpers import read_until_eof
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -168,9 +170,7 @@ def test_close_mid_stream_under_uvicorn(caplog: pytest.LogCaptureFixture) -> Non
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=5) as sock:
             sock.sendall(b"GET /raw HTTP/1.1\r\nHost: test\r\n\r\n")
-            data = bytearray()
-            while got := sock.recv(65536):
-                data += got
+            data = read_until_eof(sock)
         assert data.startswith(b"HTTP/1.1 200")
         assert FRAMES[1] in data
         assert not data.endswith(b"0\r\n\r\n")

@@ -21,11 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
-from chaosllm.model import Ending, Framing, Outcome, Piece, PlanReport, ResponsePlan
+from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.wire import PlanResponse, WireServer, send_plan
 from chaosllm.wire.asgi import Receive, Scope, Send
-from tests.conftest import CLOCK_SLACK
+from tests.helpers import CLOCK_SLACK, read_until_eof
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -176,15 +177,6 @@ def srv() -> Iterator[Running]:
 
 def request_bytes(path: str = "/plan", method: str = "GET", extra: str = "") -> bytes:
     return f"{method} {path} HTTP/1.1\r\nHost: test\r\n{extra}\r\n".encode()
-
-
-def read_until_eof(sock: socket.socket) -> bytes:
-    data = bytearray()
-    while True:
-        got = sock.recv(65536)
-        if not got:
-            return bytes(data)
-        data += got
 
 
 def read_until(sock: socket.socket, marker: bytes, data: bytearray) -> None:

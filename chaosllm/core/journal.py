@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaosllm.core.clock import Clock, SystemClock
-from chaosllm.model import PlanReport
+from chaosllm.core.report import PlanReport
 
 __all__ = ["Journal", "JournalEntry", "JournalRecord"]
 

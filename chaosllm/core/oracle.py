@@ -1,8 +1,9 @@
 """Between matching and rendering: what chaosllm checks about a request and its answer,
 and how it adapts the answer to the live run.
 
-`precheck` runs on every chat request before it is matched: the request
-validator (`chaosllm.providers.conversation`). `review` runs once a recording is matched:
+`precheck` runs on every provider request before it is matched: the request
+validator, by the provider's own rules (`chaosllm.providers.conversation`).
+`review` runs once a recording is matched:
 
 - the system-prompt check, for a recording whose request had one;
 - a trace step's ``request_hint`` (soft: a warning) and ``expected_tool_results``
@@ -24,7 +25,7 @@ from typing import Any
 from chaosllm.core.structured import answer_schema_problem
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers.base import ErrorKind, Provider
-from chaosllm.providers.conversation import Finding, has_system_prompt, validate_conversation
+from chaosllm.providers.conversation import Finding
 from chaosllm.store.matching import Match, Strategy
 from chaosllm.store.templating import adapt
 
@@ -54,8 +55,9 @@ class Review:
 
 
 def precheck(provider: Provider, body: JSON) -> list[dict[str, Any]]:
-    """The request validator's findings about the conversation."""
-    return [f.to_json() for f in validate_conversation(body)]
+    """The request validator's findings about the conversation, by the provider's own
+    rules (orphan tool calls and results, role order, doubled messages...)."""
+    return [f.to_json() for f in provider.conversation_findings(body)]
 
 
 def review(
@@ -75,12 +77,12 @@ def review(
     new: list[Finding] = []
     if (
         exchange.keyed_by == Keying.REQUEST
-        and not has_system_prompt(body)
-        and has_system_prompt(exchange.request.body)
+        and not provider.has_system_prompt(body)
+        and provider.has_system_prompt(exchange.request.body)
     ):
         new.extend(
             f
-            for f in validate_conversation(body, expects_system=True)
+            for f in provider.conversation_findings(body, expects_system=True)
             if f.check == "missing_system_prompt"
         )
     if exchange.meta:

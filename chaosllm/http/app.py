@@ -24,14 +24,23 @@ from chaosllm.core.engine import ProviderCall, Proxy, Reply
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
 from chaosllm.http.state import ChaosState
-from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
+from chaosllm.http.web import (
+    SESSION_HEADER,
+    chaos_state,
+    error_response,
+    json_body,
+    openai_error,
+)
 from chaosllm.model import Exchange
-from chaosllm.providers import PROVIDERS, Provider
+from chaosllm.providers import PROVIDERS, Provider, provider_for_client
+from chaosllm.providers.embeddings import PATHS as EMBEDDINGS_PATHS
 from chaosllm.providers.embeddings import embeddings_response
 from chaosllm.record.proxy import ProxyCall
 from chaosllm.wire import PlanResponse
 
 __all__ = ["create_app", "provider_call"]
+
+MODELS_PATHS = ("/v1/models", "/models")
 
 
 async def provider_call(request: Request, provider: Provider) -> PlanResponse | ProxyCall:
@@ -107,49 +116,40 @@ async def embeddings(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    if "anthropic-version" in request.headers:  # the Anthropic SDK: its own list shape
-        ids = chaos_state(request).store.models()
-        listed = [
-            {
-                "type": "model",
-                "id": model,
-                "display_name": model,
-                "created_at": "1970-01-01T00:00:00Z",
-            }
-            for model in ids
-        ]
-        return JSONResponse(
-            {
-                "data": listed,
-                "has_more": False,
-                "first_id": ids[0] if ids else None,
-                "last_id": ids[-1] if ids else None,
-            }
-        )
-    data = [
-        {"id": model, "object": "model", "created": 0, "owned_by": "chaosllm"}
-        for model in chaos_state(request).store.models()
-    ]
-    return JSONResponse({"object": "list", "data": data})
+    """The models in the recordings, in the list shape of the SDK that asks."""
+    provider = provider_for_client(request.headers.keys())
+    return JSONResponse(provider.models_body(chaos_state(request).store.models()))
 
 
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok", "recordings": len(chaos_state(request).store.exchanges)})
 
 
+def _endpoints() -> list[tuple[str, str]]:
+    """(method, path) of every provider endpoint, for routing and for the 404."""
+    posts = [path for provider in PROVIDERS.values() for path in provider.paths]
+    return [
+        *(("POST", path) for path in posts),
+        *(("POST", path) for path in EMBEDDINGS_PATHS),
+        *(("GET", path) for path in MODELS_PATHS),
+    ]
+
+
 async def not_found(request: Request, exc: Exception) -> Response:
+    path = request.url.path
     if isinstance(exc, HTTPException) and exc.status_code == 405:
-        return openai_error(
+        return error_response(
+            path,
             405,
-            f"Method {request.method} is not allowed on {request.url.path}.",
+            f"Method {request.method} is not allowed on {path}.",
             code="method_not_allowed",
         )
-    return openai_error(
+    served = ", ".join(f"{m} {p}" for m, p in _endpoints() if p.startswith("/v1/"))
+    return error_response(
+        path,
         404,
-        f"Unknown request URL: {request.method} {request.url.path}. "
-        f"chaosllm serves POST /v1/chat/completions, POST /v1/messages, "
-        f"POST /v1/responses, POST /v1/embeddings, GET /v1/models and "
-        f"the control plane under /__.",
+        f"Unknown request URL: {request.method} {path}. chaosllm serves {served} and the "
+        f"control plane under /__.",
         code="unknown_url",
     )
 
@@ -161,12 +161,10 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(
             Route(path, _route(provider), methods=["POST"])
             for provider in PROVIDERS.values()
-            for path in getattr(provider, "paths", ())
+            for path in provider.paths
         ),
-        Route("/v1/embeddings", embeddings, methods=["POST"]),
-        Route("/embeddings", embeddings, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/models", models, methods=["GET"]),
+        *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
+        *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),
         Route("/health", health, methods=["GET"]),
         *control_routes(),
     ]

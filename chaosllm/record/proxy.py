@@ -62,13 +62,13 @@ import anyio
 import anyio.to_thread
 
 from chaosllm.core.journal import JournalEntry
+from chaosllm.core.report import Outcome
 from chaosllm.errors import ChaosLLMError, NotRecordable
 from chaosllm.model import (
     JSON,
     Ending,
     Exchange,
     Framing,
-    Outcome,
     Piece,
     RecordedChunk,
     RecordedRequest,

@@ -23,8 +23,9 @@ from typing import Any, Final
 
 import anyio
 
+from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import PlanAborted
-from chaosllm.model import Ending, Framing, Outcome, PlanReport, ResponsePlan
+from chaosllm.model import Ending, Framing, ResponsePlan
 
 __all__ = [
     "PLAN_EXTENSION",

@@ -57,8 +57,9 @@ import anyio.abc
 import anyio.from_thread
 import h11
 
+from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
-from chaosllm.model import Ending, Framing, Outcome, PlanReport, ResponsePlan
+from chaosllm.model import Ending, Framing, ResponsePlan
 from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, PlanAborted, Scope
 
 __all__ = ["ErrorBody", "WireServer"]
