@@ -18,6 +18,7 @@ from chaosllm import ChaosServer
 from chaosllm.model import Keying
 from chaosllm.store.recordings import RecordingStore
 from tests.helpers import chat_messages, openai_client
+from tests.memory import EnginePair
 
 STEERING = {
     "model_name": "advanced-steering",
@@ -260,29 +261,34 @@ def test_steering_replays_in_order_through_the_sdk(server: ChaosServer) -> None:
     assert [e["findings"] for e in journal] == [[]] * 4
 
 
-def test_more_llm_calls_than_steps_is_a_clear_error(server: ChaosServer) -> None:
-    with sdk_for(server, "extra") as client:
-        run_steering(client, "advanced-steering")
-        with pytest.raises(openai.NotFoundError) as caught:
-            client.chat.completions.create(
-                model="advanced-steering", messages=[{"role": "user", "content": "and once more?"}]
-            )
-    assert "More LLM calls than the trace 'advanced/steering' has steps" in str(caught.value)
-    assert "this is call 5" in str(caught.value)
+# -- in memory: the engine alone (tests/memory.py) ------------------------------------------
 
 
-def test_sessions_follow_their_trace_independently(server: ChaosServer) -> None:
-    with sdk_for(server, "a") as a, sdk_for(server, "b") as b:
-        first_a = a.chat.completions.create(
-            model="advanced-steering",
-            messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
-        )
-        first_b = b.chat.completions.create(
-            model="advanced-steering",
-            messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
-        )
-    assert (first_a.choices[0].message.tool_calls or [])[0].id == "c1"
-    assert (first_b.choices[0].message.tool_calls or [])[0].id == "c1"
+def user(text: str, model: str = "advanced-steering") -> dict[str, Any]:
+    return {"model": model, "messages": [SYSTEM, {"role": "user", "content": text}]}
+
+
+def test_more_llm_calls_than_steps_is_a_clear_error(traces: Path) -> None:
+    pair = EnginePair.of(traces)
+    steps = [pair.send(user("Write hello to /tmp/test.txt"), session="x") for _ in range(4)]
+    assert [s.status for s in steps] == [200] * 4
+    assert [s.record["match"] for s in steps] == ["sequence"] * 4
+    assert len({s.reply.recording for s in steps}) == 4  # each step once, in order
+    extra = pair.send(user("and once more?"), session="x")
+    assert extra.status == 404
+    message = extra.error["message"]
+    assert "More LLM calls than the trace 'advanced/steering' has steps" in message
+    assert "this is call 5" in message
+
+
+def test_sessions_follow_their_trace_independently(traces: Path) -> None:
+    pair = EnginePair.of(traces)
+    first_a = pair.send(user("Write hello to /tmp/test.txt"), session="a")
+    first_b = pair.send(user("Write hello to /tmp/test.txt"), session="b")
+    second_a = pair.send(user("Write hello to /tmp/test.txt"), session="a")
+    call = first_a.json()["choices"][0]["message"]["tool_calls"][0]
+    assert call["id"] == "c1" and first_b.body == first_a.body
+    assert second_a.json()["choices"][0]["message"]["content"] == "Done."
 
 
 def test_stream_replay_of_a_trace_step(server: ChaosServer) -> None:
@@ -305,24 +311,25 @@ def test_stream_replay_of_a_trace_step(server: ChaosServer) -> None:
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_tool_echo_with_hint_satisfied_and_mismatched(server: ChaosServer) -> None:
-    with sdk_for(server, "ok") as client:
-        first = client.chat.completions.create(
-            model="spot-tool-echo",
-            messages=[{"role": "user", "content": "Please echo hello for me"}],
-        )
-    assert server.requests("ok")[0]["findings"] == []
-    with sdk_for(server, "hint") as client:
-        mismatched = client.chat.completions.create(
-            model="spot-tool-echo",
-            messages=[{"role": "user", "content": "Please say hello for me"}],
-        )
+def test_tool_echo_with_hint_satisfied_and_mismatched(traces: Path) -> None:
+    pair = EnginePair.of(traces)
+    first = pair.send(user("Please echo hello for me", "spot-tool-echo"), session="ok")
+    assert first.record["findings"] == []
+    mismatched = pair.send(user("Please say hello for me", "spot-tool-echo"), session="hint")
     # A hint is soft: the call is answered, and the mismatch is in the journal.
-    assert mismatched.choices[0].message.tool_calls == first.choices[0].message.tool_calls
-    [finding] = server.requests("hint")[0]["findings"]
+    assert mismatched.status == 200 and mismatched.body == first.body
+    [finding] = mismatched.record["findings"]
     assert finding["oracle"] == "trace" and finding["check"] == "request_hint"
     assert finding["severity"] == "warning"
     assert "'echo' is not in the last user message" in finding["message"]
+
+
+def test_findings_are_listed_over_http(server: ChaosServer) -> None:
+    with sdk_for(server, "hint") as client:
+        client.chat.completions.create(
+            model="spot-tool-echo",
+            messages=[{"role": "user", "content": "Please say hello for me"}],
+        )
     listed = httpx.get(server.url + "/__findings", params={"session": "hint"}).json()
     assert [f["check"] for f in listed["findings"]] == ["request_hint"]
 
