@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,52 @@ class _Request:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What a request body alone decides (see `Engine._prepare`). Shared by every request
+    with the same bytes: never mutated."""
+
+    body: JSON
+    digest: str
+    stream: bool
+    model: Any
+    findings: tuple[Mapping[str, Any], ...]
+
+
+class _PreparedCache:
+    """The prepared bodies of recent requests, keyed by their raw bytes: a client that
+    sends the same request again (a retry, a load test, a replayed agent loop) skips
+    parsing, validation, redaction and digesting. Bounded by entries and bytes, oldest
+    first out; bodies larger than `max_body` are not kept."""
+
+    def __init__(
+        self, entries: int = 1024, total_bytes: int = 16 << 20, max_body: int = 256 << 10
+    ) -> None:
+        self.entries = entries
+        self.total_bytes = total_bytes
+        self.max_body = max_body
+        self._items: dict[tuple[str, bytes], _Prepared] = {}
+        self._bytes = 0
+
+    def get(self, key: tuple[str, bytes]) -> _Prepared | None:
+        return self._items.get(key)
+
+    def put(self, key: tuple[str, bytes], value: _Prepared) -> None:
+        size = len(key[1])
+        if size > self.max_body or key in self._items:
+            return
+        items = self._items
+        while items and (len(items) >= self.entries or self._bytes + size > self.total_bytes):
+            oldest = next(iter(items))
+            del items[oldest]
+            self._bytes -= len(oldest[1])
+        items[key] = value
+        self._bytes += size
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 def _rendered(provider: Provider, body: JSON, answer: JSON, path: str, digest: str) -> Exchange:
     return Exchange(
         provider=provider.name,
@@ -168,11 +215,24 @@ class Engine:
         self.store = store
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.matcher = Matcher(
-            store, order=config.match_order, nearest_threshold=config.nearest_threshold
+            store,
+            order=config.match_order,
+            nearest_threshold=config.nearest_threshold,
+            max_sessions=config.max_sessions,
         )
         self.journal = Journal(config.journal_size, clock=self.clock)
-        self.board = board if board is not None else FaultBoard(seed=config.seed)
+        self.board = (
+            board
+            if board is not None
+            else FaultBoard(
+                seed=config.seed,
+                history_size=config.fault_history_size,
+                max_sessions=config.max_sessions,
+            )
+        )
         self.redactor = redactor if redactor is not None else Redactor(config.secrets)
+        self._prepared = _PreparedCache()
+        self._headed: dict[tuple[int, Headers], tuple[ResponsePlan, ResponsePlan]] = {}
 
     # -- the decision -----------------------------------------------------------------
 
@@ -185,31 +245,34 @@ class Engine:
         if mode is Mode.RECORD or mode is Mode.PASSTHROUGH:
             return self._proxy_unparsed(call, record=mode is Mode.RECORD)
         provider = call.provider
-        try:
-            body = _parse(call.body)
-            provider.validate(body)
-        except InvalidRequest as exc:
-            plan = provider.render_error(
-                400, exc.message, kind=ErrorKind.INVALID_REQUEST, code=exc.code, param=exc.param
-            )
-            entry = self.journal.add(
-                session=call.session,
-                method=call.method,
-                path=call.path,
-                model=None,
-                stream=False,
-                digest=None,
-                status=400,
-                error=exc.message,
-            )
-            return Reply(plan, entry)
-
-        # Keys are computed over the redacted request, as the recorder stores it.
-        body = self.redactor.request_body(body, call.body)
-        request = _Request(
-            call, body, provider.digest(body), provider.wants_stream(body), body.get("model")
-        )
-        findings = precheck(provider, body)
+        key = (provider.name, call.body)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            try:
+                prepared = self._prepare(provider, call.body)
+            except InvalidRequest as exc:
+                plan = provider.render_error(
+                    400,
+                    exc.message,
+                    kind=ErrorKind.INVALID_REQUEST,
+                    code=exc.code,
+                    param=exc.param,
+                )
+                entry = self.journal.add(
+                    session=call.session,
+                    method=call.method,
+                    path=call.path,
+                    model=None,
+                    stream=False,
+                    digest=None,
+                    status=400,
+                    error=exc.message,
+                )
+                return Reply(plan, entry)
+            self._prepared.put(key, prepared)
+        body = prepared.body
+        request = _Request(call, body, prepared.digest, prepared.stream, prepared.model)
+        findings = [dict(f) for f in prepared.findings]
         request.fields["findings"] = findings
         if findings and self.config.strict:
             return self._refuse(request, strict_refusal(findings))
@@ -252,7 +315,7 @@ class Engine:
         entry = self.journal.add(**request.journal_fields(), status=plan.status)
         if fired is not None:
             fired.request_seq = entry.seq
-        plan = plan.with_(headers=plan.headers + extra + (("x-chaosllm-digest", request.digest),))
+        plan = self._with_headers(plan, extra + (("x-chaosllm-digest", request.digest),), fired)
         return Reply(
             plan,
             entry,
@@ -260,6 +323,23 @@ class Engine:
             consumed=consumed,
             fired=fired,
         )
+
+    def _with_headers(
+        self, plan: ResponsePlan, extra: Headers, fired: Fired | None
+    ) -> ResponsePlan:
+        """`plan` with chaosllm's headers added; the same rendering with the same headers is
+        built once (a faulted plan is new every time, so it is not kept)."""
+        if fired is not None:
+            return plan.with_(headers=plan.headers + extra)
+        key = (id(plan), extra)
+        kept = self._headed.get(key)
+        if kept is not None and kept[0] is plan:
+            return kept[1]
+        headed = plan.with_(headers=plan.headers + extra)
+        if len(self._headed) >= 1024:
+            del self._headed[next(iter(self._headed))]
+        self._headed[key] = (plan, headed)
+        return headed
 
     def _miss(self, request: _Request, exc: NoMatch) -> Decision:
         call, provider = request.call, request.call.provider
@@ -297,6 +377,22 @@ class Engine:
             **request.journal_fields(), status=refusal.status, error=refusal.error
         )
         return Reply(plan.with_(headers=plan.headers + refusal.headers), entry)
+
+    def _prepare(self, provider: Provider, raw: bytes) -> _Prepared:
+        """Parse, validate and redact a request body, and what follows from it alone: its
+        digest (over the redacted request, as the recorder keys it), whether it asks for a
+        stream, its model, the request validator's findings. `InvalidRequest` for a body
+        the provider refuses."""
+        body = _parse(raw)
+        provider.validate(body)
+        body = self.redactor.request_body(body, raw)
+        return _Prepared(
+            body,
+            provider.digest(body),
+            provider.wants_stream(body),
+            body.get("model"),
+            tuple(precheck(provider, body)),
+        )
 
     # -- faults -----------------------------------------------------------------------
 

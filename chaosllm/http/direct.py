@@ -1,0 +1,67 @@
+"""Provider requests straight to the engine, without ASGI: the builtin server's hot path.
+
+chaosllm's own server calls `DirectHandler` with each parsed request before it runs the
+ASGI app. For a POST to a provider endpoint that the engine answers with a plan (a
+replay, a miss, a refusal, a fault), the server executes the plan itself: no Starlette
+routing, no `Request` object, no middleware (the control plane's guard only concerns
+``/__`` paths, which never come this way). Anything else -- the control plane, the
+other routes, and every mode but replay, where a decision may be a call to the upstream
+(an ASGI response) -- returns None and goes through the app as usual. The engine call
+is the same either way, so both paths give the same bytes and the same journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from chaosllm.config import Mode
+from chaosllm.core.engine import ProviderCall, Reply
+from chaosllm.core.report import PlanReport
+from chaosllm.http.state import ChaosState
+from chaosllm.model import ResponsePlan
+from chaosllm.providers import provider_for_path
+
+__all__ = ["SESSION_HEADER_BYTES", "DirectHandler"]
+
+SESSION_HEADER_BYTES = b"x-chaosllm-session"
+
+
+class DirectHandler:
+    """``handler(method, path, query, headers, body)`` -> ``(plan, report)`` or None."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: ChaosState) -> None:
+        self.state = state
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> tuple[ResponsePlan, PlanReport] | None:
+        if method != "POST":
+            return None
+        provider = provider_for_path(path)
+        state = self.state
+        if provider is None or state.config.mode is not Mode.REPLAY:
+            return None
+        session = None
+        for name, value in headers:
+            if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
+                session = value.decode("latin-1")
+                break
+        decision = state.handle(
+            ProviderCall(
+                provider=provider,
+                path=path,
+                body=body,
+                session=session,
+                method=method,
+                query=query,
+            )
+        )
+        assert isinstance(decision, Reply)  # in replay mode the engine always replies
+        return decision.plan, decision.entry.report
