@@ -236,6 +236,23 @@ def _parser() -> argparse.ArgumentParser:
         help="provider requests the journal keeps, newest first (default 10000)",
     )
     serve.add_argument(
+        "--fault-history-size",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="fired faults GET /__fault keeps, newest first; it counts the dropped ones "
+        "(default 1000)",
+    )
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="sessions whose state (sequence cursors, scenario, fault draws) is kept; the "
+        "least recently used is forgotten first and starts fresh if seen again "
+        "(default 10000)",
+    )
+    serve.add_argument(
         "--profile",
         metavar="NAME|FILE",
         help="arm a fault profile at start (shipped: " + ", ".join(list_profiles()) + ")",
@@ -508,6 +525,12 @@ def _serve(args: argparse.Namespace) -> int:
     if args.journal_size < 1:
         print("chaosllm: --journal-size must be at least 1", file=sys.stderr)
         return 2
+    if args.fault_history_size < 0:
+        print("chaosllm: --fault-history-size must be at least 0", file=sys.stderr)
+        return 2
+    if args.max_sessions < 1:
+        print("chaosllm: --max-sessions must be at least 1", file=sys.stderr)
+        return 2
     if not 0.0 <= args.nearest_threshold <= 1.0:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
@@ -542,6 +565,8 @@ def _serve(args: argparse.Namespace) -> int:
         control_token=args.control_token,
         allow_hosts=args.allow_host,
         journal_size=args.journal_size,
+        fault_history_size=args.fault_history_size,
+        max_sessions=args.max_sessions,
         strict=args.strict,
     )
     for d in config.recordings:

@@ -121,6 +121,13 @@ class ServerConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     journal_size: int = 10_000
     """How many provider requests the journal keeps (the newest)."""
+    fault_history_size: int = 1000
+    """How many fired faults the fault history keeps (the newest; ``GET /__fault`` counts
+    the others)."""
+    max_sessions: int = 10_000
+    """Of how many sessions the state is kept (sequence cursors, active scenario, fault
+    draw ranks): the least recently used is forgotten first, and starts fresh if seen
+    again."""
     control_token: str | None = None
     """Required on control-plane calls when set (and for any non-loopback client)."""
     allow_hosts: Sequence[str] = ()

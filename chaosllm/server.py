@@ -218,6 +218,8 @@ class ChaosServer:
         secrets: Sequence[str] = (),
         max_body_bytes: int = 16 * 1024 * 1024,
         journal_size: int = 10_000,
+        fault_history_size: int = 1000,
+        max_sessions: int = 10_000,
         profile: str | None = None,
         strict: bool = False,
         control_token: str | None = None,
@@ -263,6 +265,8 @@ class ChaosServer:
             secrets=[*secrets, *secrets_from_env()],
             strict=strict,
             journal_size=journal_size,
+            fault_history_size=fault_history_size,
+            max_sessions=max_sessions,
             control_token=control_token,
             allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
         )

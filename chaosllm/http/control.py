@@ -329,6 +329,8 @@ async def list_faults(request: Request) -> Response:
         {
             "armed": state.board.armed(),
             "fired": [f.to_json() for f in state.board.history(session)],
+            **state.board.counts(),
+            **state.matcher.session_counts(),
             "types": {name: sorted(t.params) for name, t in FAULT_TYPES.items()},
         }
     )

@@ -16,6 +16,12 @@ Matchers run in a configurable order (default ``exact,sequence,nearest``):
 A miss raises `NoMatch` whose message names the digest and the nearest
 recordings with how they differ. Per-session state (cursors, used exchanges,
 active scenario) lives here; sessions are the ``X-Chaosllm-Session`` header.
+The state of at most `max_sessions` sessions is kept (``--max-sessions``): beyond that
+the least recently used session is forgotten (`session_counts` counts them), and if it
+is seen again it starts fresh, as after a reset: the active default scenario, every
+sequence and cursor at its start. Sessions used more recently are untouched, so a run
+is reproducible as long as fewer than `max_sessions` sessions are used at once. The
+requests without a session share one state that is never forgotten.
 
 Other fixture formats (`chaosllm.store.formats`) plug in through `Exchange.keyed_by`:
 
@@ -41,11 +47,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chaosllm.config import DEFAULT_ORDER, Strategy
-from chaosllm.errors import NoMatch, UnknownScenario
+from chaosllm.errors import ConfigError, NoMatch, UnknownScenario
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS, Provider
 from chaosllm.store.diff import json_differences
@@ -85,15 +92,25 @@ class Matcher:
         order: Sequence[Strategy] = DEFAULT_ORDER,
         nearest_threshold: float = 0.9,
         candidates: int = 3,
+        max_sessions: int = 10_000,
     ) -> None:
         if not 0.0 <= nearest_threshold <= 1.0:
             raise ValueError("nearest_threshold must be within [0, 1]")
+        if isinstance(max_sessions, bool) or not (
+            isinstance(max_sessions, int) and max_sessions >= 1
+        ):
+            raise ConfigError(f"max sessions must be an integer >= 1, not {max_sessions!r}")
         self.store = store
         self.order = tuple(order)
         self.nearest_threshold = nearest_threshold
         self.candidates = candidates
         self._lock = threading.Lock()
-        self._sessions: dict[str | None, _Session] = {}
+        self.max_sessions = max_sessions
+        """How many sessions' state is kept (the most recently used; see the module doc)."""
+        self._sessions: OrderedDict[str | None, _Session] = OrderedDict()
+        """Each session's state, the least recently used first."""
+        self._forgotten = 0
+        """Sessions whose state was forgotten since the last reset."""
         self._index: NearestIndex | None = None
         self._keys_by_provider: dict[str, frozenset[int]] = {}
         self._default_scenario: str | None = None
@@ -104,10 +121,36 @@ class Matcher:
     # -- state ------------------------------------------------------------------
 
     def _session(self, session: str | None) -> _Session:
-        state = self._sessions.get(session)
+        sessions = self._sessions
+        state = sessions.get(session)
         if state is None:
-            state = self._sessions[session] = _Session(scenario=self._default_scenario)
+            state = sessions[session] = _Session(scenario=self._default_scenario)
+            if len(sessions) - (None in sessions) > self.max_sessions:
+                self._forget_oldest()
+        else:
+            sessions.move_to_end(session)
         return state
+
+    def _forget_oldest(self) -> None:
+        """Forget the least recently used session (never the requests without one)."""
+        sessions = self._sessions
+        del sessions[next(key for key in sessions if key is not None)]
+        if not self._forgotten:
+            log.warning(
+                "more than %d sessions: the state of the least recently used is forgotten "
+                "(seen again, it starts fresh); --max-sessions raises the bound",
+                self.max_sessions,
+            )
+        self._forgotten += 1
+
+    def session_counts(self) -> dict[str, int]:
+        """``sessions``: how many sessions' state is kept; ``sessions_dropped``: how many
+        were forgotten (`max_sessions`) since the last reset."""
+        with self._lock:
+            return {
+                "sessions": len(self._sessions) - (None in self._sessions),
+                "sessions_dropped": self._forgotten,
+            }
 
     def set_scenario(self, scenario: str | None, session: str | None = None) -> None:
         """Select the active scenario (None clears it) and rewind that session's sequence."""
@@ -133,6 +176,7 @@ class Matcher:
         with self._lock:
             self._sessions.clear()
             self._served.clear()
+            self._forgotten = 0
 
     def set_workspace(self, path: str | None) -> None:
         """The live workspace path that ``<WORKSPACE>`` in recordings stands for (None:
