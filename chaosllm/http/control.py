@@ -60,7 +60,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chaosllm.core.journal import JournalEntry
 from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
-from chaosllm.faults import FAULT_TYPES, describe_catalogue, parse_fault_specs, spec_from_query
+from chaosllm.faults import (
+    FAULT_TYPES,
+    ArmedFault,
+    describe_catalogue,
+    parse_fault_specs,
+    spec_from_query,
+)
 from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
 from chaosllm.store.profiles import Profile, list_profiles, load_profile, parse_profile
 
@@ -302,7 +308,10 @@ async def arm_faults(request: Request) -> Response:
         return openai_error(400, exc.message + " " + describe_catalogue(), code=exc.code)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    armed = state.board.arm(specs)
+    return _armed(state.board.arm(specs))
+
+
+def _armed(armed: list[ArmedFault]) -> JSONResponse:
     return JSONResponse(
         {"ids": [f.id for f in armed], "faults": [f.to_json() for f in armed]}, status_code=201
     )
@@ -316,10 +325,7 @@ async def arm_fault_type(request: Request) -> Response:
         specs = parse_fault_specs(spec)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    armed = state.board.arm(specs)
-    return JSONResponse(
-        {"ids": [f.id for f in armed], "faults": [f.to_json() for f in armed]}, status_code=201
-    )
+    return _armed(state.board.arm(specs))
 
 
 async def list_faults(request: Request) -> Response:
