@@ -54,6 +54,17 @@ Parse = Callable[[JSON, Location], list[Exchange]]
 """The exchanges of a file in the format; `RecordingError` says what is wrong."""
 
 
+def by_content(looks_like: Callable[[JSON], bool]) -> Detect:
+    """A `Detect` that looks at a file's content only."""
+    return lambda path, data: looks_like(data)
+
+
+def run_parser(parse: Callable[..., list[Exchange]]) -> Parse:
+    """A `Parse` for a format whose files each hold a run: ``parse(data, source=...,
+    scenario=...)``."""
+    return lambda data, at: parse(data, source=at.source, scenario=at.scenario)
+
+
 @dataclass(frozen=True, slots=True)
 class FixtureFormat:
     """One fixture format chaosllm reads."""

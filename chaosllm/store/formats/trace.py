@@ -31,14 +31,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import JSON, Exchange, Keying, RecordedRequest, RecordedResponse
-from chaosllm.store.formats.base import FixtureFormat, Location
+from chaosllm.store.formats.base import FixtureFormat, by_content, run_parser
 
-__all__ = ["FORMAT", "detect", "looks_like", "parse", "parse_file"]
+__all__ = ["FORMAT", "looks_like", "parse"]
 
 PLAYABLE = ("text", "tool_calls")
 
@@ -269,19 +268,11 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     return exchanges
 
 
-def detect(path: Path, data: JSON) -> bool:
-    return looks_like(data)
-
-
-def parse_file(data: JSON, at: Location) -> list[Exchange]:
-    return parse(data, source=at.source, scenario=at.scenario)
-
-
 FORMAT = FixtureFormat(
     name="trace",
     shape='a trace fixture ("model_name" with "turns" or "steps")',
-    detect=detect,
-    parse=parse_file,
+    detect=by_content(looks_like),
+    parse=run_parser(parse),
     keying=Keying.SEQUENCE,
     holds_run=True,
 )

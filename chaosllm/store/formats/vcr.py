@@ -22,16 +22,15 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import JSON, Exchange, RecordedChunk, RecordedRequest, RecordedResponse
 from chaosllm.providers import PROVIDERS, Provider, provider_for_path
-from chaosllm.store.formats.base import YAML_SUFFIXES, FixtureFormat, Location
+from chaosllm.store.formats.base import YAML_SUFFIXES, FixtureFormat, by_content, run_parser
 
-__all__ = ["FORMAT", "detect", "looks_like", "parse", "parse_file"]
+__all__ = ["FORMAT", "looks_like", "parse"]
 
 
 def looks_like(data: JSON) -> bool:
@@ -213,19 +212,11 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     return exchanges
 
 
-def detect(path: Path, data: JSON) -> bool:
-    return looks_like(data)
-
-
-def parse_file(data: JSON, at: Location) -> list[Exchange]:
-    return parse(data, source=at.source, scenario=at.scenario)
-
-
 FORMAT = FixtureFormat(
     name="vcr",
     shape='a VCR cassette ("interactions")',
-    detect=detect,
-    parse=parse_file,
+    detect=by_content(looks_like),
+    parse=run_parser(parse),
     holds_run=True,
     suffixes=(".json", *YAML_SUFFIXES),
 )
