@@ -112,8 +112,8 @@ def read_data(path: Path) -> JSON:
     if path.suffix.lower() in YAML_SUFFIXES:
         return _read_yaml(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        with open(path, "rb") as fh:
+            return json.loads(fh.read())
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordingError(str(path), f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:

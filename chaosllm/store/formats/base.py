@@ -9,6 +9,7 @@ every format module and the registry build on it, and it on none of them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +38,23 @@ class Location:
 
     @classmethod
     def of(cls, path: Path, *, root: Path, holds_run: bool) -> Location:
-        rel = path.relative_to(root)
+        # String operations: pathlib's relative_to and with_suffix were a fifth of the
+        # time it takes to load 10k recordings.
+        source = str(path)
+        top = str(root)
+        rel = source[len(top) :].lstrip(os.sep) if source.startswith(top) else ""
+        if not rel:
+            rel = path.relative_to(root).as_posix()  # not under root as spelt: let it say so
+        rel = rel.replace(os.sep, "/")
+        folder, _, filename = rel.rpartition("/")
+        stem = filename.rpartition(".")[0] or filename
         if holds_run:
-            scenario = rel.with_suffix("").as_posix()
-        elif rel.parent != Path("."):
-            scenario = rel.parent.as_posix()
+            scenario = f"{folder}/{stem}" if folder else stem
+        elif folder:
+            scenario = folder
         else:
             scenario = root.name or root.resolve().name
-        return cls(path=path, source=str(path), stem=path.stem, scenario=scenario)
+        return cls(path=path, source=source, stem=stem, scenario=scenario)
 
 
 Detect = Callable[[Path, JSON], bool]

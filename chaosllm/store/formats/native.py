@@ -43,25 +43,23 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
     _require(
         version is not None, source, 'missing "chaosllm" format version (expected "chaosllm": 1)'
     )
-    _require(
-        isinstance(version, int) and 1 <= version <= FORMAT_VERSION,
-        source,
-        f"unsupported format version {version!r}: this chaosllm reads version {FORMAT_VERSION}",
-    )
+    if not (isinstance(version, int) and 1 <= version <= FORMAT_VERSION):
+        raise RecordingError(
+            source,
+            f"unsupported format version {version!r}: this chaosllm reads version {FORMAT_VERSION}",
+        )
     provider_name = data.get("provider", "openai.chat")
-    _require(
-        provider_name in PROVIDERS,
-        source,
-        f"unknown provider {provider_name!r}; known: {', '.join(sorted(PROVIDERS))}",
-    )
+    if provider_name not in PROVIDERS:
+        raise RecordingError(
+            source, f"unknown provider {provider_name!r}; known: {', '.join(sorted(PROVIDERS))}"
+        )
     provider = PROVIDERS[provider_name]
 
     keyed_by = data.get("keyed_by", Keying.REQUEST)
-    _require(
-        keyed_by in Keying.ALL,
-        source,
-        f'"keyed_by" must be one of {", ".join(Keying.ALL)}, got {keyed_by!r}',
-    )
+    if keyed_by not in Keying.ALL:
+        raise RecordingError(
+            source, f'"keyed_by" must be one of {", ".join(Keying.ALL)}, got {keyed_by!r}'
+        )
     request = data.get("request")
     if request is None and keyed_by != Keying.REQUEST:
         request = {"body": {"messages": []}}  # answers only: no request was recorded
@@ -79,11 +77,10 @@ def parse_exchange(data: JSON, *, source: str, scenario: str, name: str) -> Exch
     response = data.get("response")
     _require(isinstance(response, dict), source, '"response" must be an object')
     status = response.get("status", 200)
-    _require(
-        isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
-        source,
-        f'"response.status" must be an HTTP status code, got {status!r}',
-    )
+    if not (isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599):
+        raise RecordingError(
+            source, f'"response.status" must be an HTTP status code, got {status!r}'
+        )
     chunks = _parse_chunks(response.get("chunks"), source)
     headers = response.get("headers") or {}
     _require(
@@ -149,17 +146,13 @@ def _parse_chunks(raw: Any, source: str) -> tuple[RecordedChunk, ...] | None:
     _require(isinstance(raw, list), source, '"response.chunks" must be an array')
     chunks = []
     for i, item in enumerate(raw):
-        _require(
-            isinstance(item, dict) and isinstance(item.get("data"), str),
-            source,
-            f'"response.chunks[{i}]" must be an object with a string "data"',
-        )
+        if not (isinstance(item, dict) and isinstance(item.get("data"), str)):
+            raise RecordingError(
+                source, f'"response.chunks[{i}]" must be an object with a string "data"'
+            )
         delay = item.get("delay_ms", 0.0)
-        _require(
-            isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay >= 0,
-            source,
-            f'"response.chunks[{i}].delay_ms" must be a number >= 0',
-        )
+        if not (isinstance(delay, (int, float)) and not isinstance(delay, bool) and delay >= 0):
+            raise RecordingError(source, f'"response.chunks[{i}].delay_ms" must be a number >= 0')
         chunks.append(RecordedChunk(data=item["data"], delay_ms=float(delay)))
     return tuple(chunks)
 
