@@ -1,17 +1,27 @@
-"""chaosllm's own HTTP/1.1 server: `h11` for the protocol, `anyio` for the sockets.
+"""chaosllm's pure-Python HTTP/1.1 server: `h11` for the protocol, `anyio` for the sockets.
+
+The fallback beside the default `chaosllm.wire.server.WireServer` (asyncio protocols and
+httptools): the same constructor, the same behaviour on the wire, selected with
+``--server h11``. It runs on any anyio backend.
 
 Theory of operation
 -------------------
-`WireServer.serve` runs the ASGI lifespan (when the app supports it), binds a
-TCP listener and runs one accept loop per listening socket. Every accepted
-connection gets one task and one `_Connection`; there are no per-request
-tasks. The connection task loops over request/response cycles:
+`H11WireServer.serve` runs the ASGI lifespan (when the app supports it), binds the
+listening sockets (`chaosllm.wire.common.bind_sockets`: ``::`` is dual-stack) and runs
+one accept loop per listening socket. Every accepted connection gets one task and one
+`_Connection`; there are no per-request tasks. The connection task loops over
+request/response cycles:
 
 1. read the request head through `h11` (a first-request or keep-alive idle
    deadline, then `header_timeout_s` once bytes arrived: 408 when a partial
-   head times out, plain close when nothing came; malformed HTTP gets 400);
-2. read the whole body (bounded by `max_body_bytes`: 413, then close);
-3. call the app in the same task with a `_Cycle`'s ``receive``/``send``;
+   head times out, plain close when nothing came; malformed HTTP gets 400, an
+   HTTP version other than 1.0 and 1.1 505, Content-Length with Transfer-Encoding
+   400 and the connection closed);
+2. read the whole body (bounded by `max_body_bytes`: 413, then close; a body
+   that stops for `header_timeout_s` or arrives slower than `body_min_rate`
+   after `body_timeout_s` gets 408);
+3. ask the fast path (`direct`), else call the app in the same task with a
+   `_Cycle`'s ``receive``/``send``;
 4. keep the connection alive (``start_next_cycle``) unless either side asked
    to close, the response was not completed, or the server is shutting down.
 
@@ -32,6 +42,10 @@ second ``receive()`` and every delay inside a plan read (and stash into `h11`
 any pipelined bytes) until EOF. A write to a vanished client silently turns
 the rest of the response into no-ops, as uvicorn does (ASGI spec 2.3).
 
+At `max_connections` the oldest idle connection (waiting for a request head,
+nothing of it received) is closed to make room for a new one; with none idle,
+accepting waits.
+
 Shutdown (`request_shutdown`, thread-safe) stops accepting, closes the
 connections that are waiting for a request head, lets in-flight requests finish
 for `graceful_timeout_s`, then cancels them; every socket is closed on the way.
@@ -40,39 +54,49 @@ for `graceful_timeout_s`, then cancels them; every socket is closed on the way.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import socket
 import struct
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from email.utils import formatdate
-from http import HTTPStatus
+from collections.abc import Iterator
 from typing import Any, Final
-from urllib.parse import unquote
 
 import anyio
 import anyio.abc
 import anyio.from_thread
+import anyio.streams.stapled
 import h11
 
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, ResponsePlan
 from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, PlanAborted, Scope
+from chaosllm.wire.common import (
+    ASGI_VERSION,
+    BOTH_FRAMINGS,
+    LINGER_S,
+    MAX_STASH,
+    PHRASES,
+    Direct,
+    DirectRequest,
+    ErrorBody,
+    Lifespan,
+    address,
+    bind_sockets,
+    body_deadline,
+    connection_cap,
+    error_body,
+    http_date,
+    path_of,
+    version_refusal,
+)
+from chaosllm.wire.server import _Gone
 
-__all__ = ["ErrorBody", "WireServer"]
+__all__ = ["H11WireServer"]
 
 logger = logging.getLogger("chaosllm.wire")
 
 _READ_SIZE: Final = 65536
-_MAX_STASH: Final = 1024 * 1024
-"""Pipelined bytes we buffer while a response is in flight before we stop reading."""
-_LINGER_S: Final = 1.0
-"""How long a refused upload is drained so that the client can read the refusal."""
-_ASGI: Final = {"version": "3.0", "spec_version": "2.3"}
-_PHRASES: Final = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
 _RST_LINGER: Final = struct.pack("ii", 1, 0)
 _GONE_ERRORS: Final = (
     anyio.EndOfStream,
@@ -81,44 +105,6 @@ _GONE_ERRORS: Final = (
     OSError,
 )
 
-_date_cache: list[Any] = [0, b""]
-
-
-def _date() -> bytes:
-    now = int(time.time())
-    if now != _date_cache[0]:
-        _date_cache[0] = now
-        _date_cache[1] = formatdate(now, usegmt=True).encode("ascii")
-    value: bytes = _date_cache[1]
-    return value
-
-
-ErrorBody = Callable[[str, int, str, str], "Mapping[str, Any] | None"]
-"""How the protocol served on a path words an error the server answers on its own (a 400,
-408, 413 or 500): ``(path, status, message, code)`` -> the JSON body, or None for the
-default envelope (OpenAI's shape). `chaosllm.providers.error_body_for_path` is one."""
-
-
-def _error_body(
-    hook: ErrorBody | None,
-    path: str | None,
-    status: int,
-    message: str,
-    type_: str,
-    code: str,
-) -> bytes:
-    body = hook(path, status, message, code) if hook is not None and path is not None else None
-    if body is None:
-        body = {"error": {"message": message, "type": type_, "code": code}}
-    return json.dumps(body).encode()
-
-
-def _path_of(target: bytes) -> tuple[bytes, bytes, str]:
-    """A request target's raw path, query and (percent-decoded) path."""
-    raw_path, _, query = target.partition(b"?")
-    path = raw_path.decode("latin-1")
-    return raw_path, query, unquote(path) if "%" in path else path
-
 
 def _emit(conn: h11.Connection, event: h11.Event) -> list[bytes]:
     parts = conn.send_with_data_passthrough(event)
@@ -126,23 +112,19 @@ def _emit(conn: h11.Connection, event: h11.Event) -> list[bytes]:
     return parts
 
 
-class _Gone(Exception):
-    """The client went away (or the socket is closed): stop writing."""
-
-
-class WireServer:
+class H11WireServer:
     """An HTTP/1.1 server hosting an ASGI app, able to execute `ResponsePlan`s exactly.
 
     Usage (in an anyio task group)::
 
-        server = WireServer(app, port=0)
+        server = H11WireServer(app, port=0)
         host, port = await tg.start(server.serve)
         ...
         server.request_shutdown()   # or: await server.shutdown()
 
     From synchronous code (tests, the CLI)::
 
-        with WireServer(app).run_in_thread() as (host, port):
+        with H11WireServer(app).run_in_thread() as (host, port):
             ...
     """
 
@@ -155,13 +137,20 @@ class WireServer:
         max_body_bytes: int = 16 * 1024 * 1024,
         header_timeout_s: float = 10.0,
         keepalive_timeout_s: float = 75.0,
-        max_connections: int = 1000,
+        max_connections: int = 10_000,
         graceful_timeout_s: float = 5.0,
         error_body: ErrorBody | None = None,
+        body_timeout_s: float = 10.0,
+        body_min_rate: float = 32 * 1024,
+        direct: Direct | None = None,
     ) -> None:
         self.app = app
         self.error_body = error_body
         """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
+        self.direct = direct
+        """The fast path (see `Direct`): a plan for a request without the ASGI app."""
+        self.body_timeout_s = body_timeout_s
+        self.body_min_rate = body_min_rate
         self.host = host
         self.port = port
         self.max_body_bytes = max_body_bytes
@@ -174,6 +163,8 @@ class WireServer:
         self.shutting_down = False
         self._state: dict[str, Any] = {}
         self._connections: set[_Connection] = set()
+        self._idle: dict[_Connection, None] = {}
+        """Connections waiting for a request head with nothing of it received, oldest first."""
         self._stop: anyio.Event | None = None
         self._stopped: anyio.Event | None = None
         self._drained: anyio.Event | None = None
@@ -220,7 +211,7 @@ class WireServer:
         """Lifespan around the sockets; returns why the server could not run, if so."""
         failure: str | None = None
         async with anyio.create_task_group() as tg:
-            lifespan = _Lifespan(self.app, self._state)
+            lifespan = Lifespan(self.app, self._state)
             tg.start_soon(lifespan.run)
             await lifespan.started.wait()
             if lifespan.failed is not None:
@@ -282,10 +273,26 @@ class WireServer:
             if connection.head_scope is not None:
                 connection.head_scope.cancel()
 
+    async def _listeners(self) -> anyio.abc.Listener[anyio.abc.SocketStream]:
+        from_socket = getattr(anyio.abc.SocketListener, "from_socket", None)
+        if from_socket is None:  # anyio < 4.7: no dual-stack wildcard
+            return await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        listeners: list[anyio.abc.SocketListener] = []
+        sockets = bind_sockets(self.host, self.port)
+        try:
+            for sock in sockets:
+                listeners.append(await from_socket(sock))
+        except BaseException:
+            for sock in sockets[len(listeners) :]:
+                sock.close()
+            raise
+        return anyio.streams.stapled.MultiListener(listeners)
+
     async def _serve_sockets(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> None:
         assert self._stop is not None
-        multi = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        multi = await self._listeners()
         async with multi:
+            assert isinstance(multi, anyio.streams.stapled.MultiListener)
             listeners = [
                 listener
                 for listener in multi.listeners
@@ -293,14 +300,15 @@ class WireServer:
             ]
             sockname = listeners[0].extra(anyio.abc.SocketAttribute.local_address)
             assert isinstance(sockname, tuple)
-            self.bound = (str(sockname[0]), int(sockname[1]))
-            slots = anyio.Semaphore(self.max_connections)
+            self.bound = bound = address(sockname)
+            assert bound is not None
+            slots = anyio.Semaphore(connection_cap(self.max_connections))
             try:
                 async with anyio.create_task_group() as connections:
                     async with anyio.create_task_group() as acceptors:
                         for listener in listeners:
                             acceptors.start_soon(self._accept_loop, listener, connections, slots)
-                        task_status.started(self.bound)
+                        task_status.started(bound)
                         await self._stop.wait()
                         acceptors.cancel_scope.cancel()
                     if self._connections:
@@ -321,19 +329,23 @@ class WireServer:
         slots: anyio.Semaphore,
     ) -> None:
         while True:
-            await slots.acquire()
             try:
                 stream = await listener.accept()
             except anyio.ClosedResourceError:
-                slots.release()
                 return
             except (OSError, anyio.BrokenResourceError) as exc:
-                slots.release()
                 logger.warning("accept() failed: %s", exc)
                 await anyio.sleep(0.05)
                 continue
+            if slots.value == 0 and self._idle:
+                # Full: the oldest idle connection makes room (idle ones go first).
+                oldest = next(iter(self._idle))
+                oldest.evict()
+            try:
+                await slots.acquire()
             except BaseException:
-                slots.release()
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
                 raise
             connection = _Connection(self, stream)
             self._connections.add(connection)
@@ -349,66 +361,13 @@ class WireServer:
                 self._drained.set()
 
 
-class _Lifespan:
-    """Drives the ASGI lifespan protocol; tolerates apps that do not support it."""
-
-    def __init__(self, app: ASGIApp, state: dict[str, Any]) -> None:
-        self.app = app
-        self.state = state
-        self.started = anyio.Event()
-        self.shutdown_requested = anyio.Event()
-        self.finished = anyio.Event()
-        self.failed: str | None = None
-        self.supported = True
-        self._asked_startup = False
-
-    async def run(self) -> None:
-        scope = {"type": "lifespan", "asgi": dict(_ASGI), "state": self.state}
-        try:
-            await self.app(scope, self._receive, self._send)
-        except Exception as exc:
-            if not self.started.is_set():
-                self.supported = False
-                logger.debug("the ASGI app does not support lifespan: %r", exc)
-            else:
-                logger.exception("ASGI lifespan failed")
-        finally:
-            self.started.set()
-            self.finished.set()
-
-    async def _receive(self) -> Message:
-        if not self._asked_startup:
-            self._asked_startup = True
-            return {"type": "lifespan.startup"}
-        await self.shutdown_requested.wait()
-        return {"type": "lifespan.shutdown"}
-
-    async def _send(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "lifespan.startup.complete":
-            self.started.set()
-        elif kind == "lifespan.startup.failed":
-            self.failed = str(message.get("message", ""))
-            self.started.set()
-        elif kind == "lifespan.shutdown.complete":
-            self.finished.set()
-        elif kind == "lifespan.shutdown.failed":
-            logger.error("ASGI lifespan shutdown failed: %s", message.get("message", ""))
-            self.finished.set()
-
-
-def _address(value: object) -> tuple[str, int] | None:
-    if isinstance(value, tuple) and len(value) >= 2:
-        return (str(value[0]), int(value[1]))
-    return None
-
-
 class _Connection:
     """One accepted socket: the request/response loop and the socket primitives."""
 
     __slots__ = (
         "client",
         "closed",
+        "evicted",
         "gone",
         "gone_event",
         "h11",
@@ -421,19 +380,20 @@ class _Connection:
         "watching",
     )
 
-    def __init__(self, server: WireServer, stream: anyio.abc.SocketStream) -> None:
+    def __init__(self, server: H11WireServer, stream: anyio.abc.SocketStream) -> None:
         self.server = server
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER)
         self.gone = False
         self.closed = False
+        self.evicted = False
         self.must_close = False
         self.watching = False
         self.gone_event: anyio.Event | None = None
         self.head_scope: anyio.CancelScope | None = None
         self.stash = 0
-        self.client = _address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
-        self.server_address = _address(stream.extra(anyio.abc.SocketAttribute.local_address, None))
+        self.client = address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
+        self.server_address = address(stream.extra(anyio.abc.SocketAttribute.local_address, None))
 
     # -- the request/response loop ---------------------------------------------------------
 
@@ -468,20 +428,39 @@ class _Connection:
             if type(event) is not h11.Request:
                 return None
             limit = server.max_body_bytes
-            path = _path_of(event.target)[2]
+            path = path_of(event.target)[2]
+            refusal = version_refusal(event.http_version.decode("ascii"))
+            if refusal is not None:
+                await self._error(505, refusal, "http_version_not_supported", path=path)
+                return None
+            framings = 0
             for name, value in event.headers:
-                if name == b"content-length" and int(value) > limit:
-                    await self._refuse_body(limit, path)
-                    return None
+                if name == b"content-length":
+                    framings |= 1
+                    if int(value) > limit:
+                        await self._refuse_body(limit, path)
+                        return None
+                elif name == b"transfer-encoding":
+                    framings |= 2
+            if framings == 3:
+                await self._error(400, BOTH_FRAMINGS, "bad_request", path=path)
+                return None
             if conn.they_are_waiting_for_100_continue:
                 await self.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             parts: list[bytes] = []
             size = 0
+            started = anyio.current_time()
             while True:
                 body_event = conn.next_event()
                 if body_event is h11.NEED_DATA:
                     data = b""
-                    with anyio.move_on_after(server.header_timeout_s) as timeout:
+                    # A pause of header_timeout_s, or a body slower than body_min_rate once
+                    # body_timeout_s has passed: 408.
+                    rate_deadline = body_deadline(
+                        started, size, server.body_timeout_s, server.body_min_rate
+                    )
+                    wait = min(server.header_timeout_s, rate_deadline - anyio.current_time())
+                    with anyio.move_on_after(max(wait, 0.0)) as timeout:
                         data = await self._recv()
                     if timeout.cancelled_caught:
                         await self._error(
@@ -517,31 +496,54 @@ class _Connection:
         got_bytes = bool(conn.trailing_data[0])
         wait = server.header_timeout_s if first or got_bytes else server.keepalive_timeout_s
         event: Any = h11.NEED_DATA
+        ended = False
+        if not got_bytes:
+            server._idle[self] = None
         with anyio.CancelScope(deadline=anyio.current_time() + wait) as scope:
             self.head_scope = scope
             try:
                 while event is h11.NEED_DATA:
                     data = await self._recv()
-                    if data and not got_bytes:
+                    if not data:
+                        ended = True
+                        break
+                    if not got_bytes:
                         got_bytes = True
+                        server._idle.pop(self, None)
                         if not first:
                             scope.deadline = anyio.current_time() + server.header_timeout_s
                     conn.receive_data(data)
                     event = conn.next_event()
             finally:
                 self.head_scope = None
+                server._idle.pop(self, None)
         if event is h11.NEED_DATA:
-            if got_bytes and not server.shutting_down:
-                await self._error(408, "Timed out reading the request head", "timeout")
+            if got_bytes and not server.shutting_down and not self.evicted:
+                if ended:
+                    message = "Malformed HTTP request: the connection ended inside the head"
+                    await self._error(400, message, "bad_request")
+                else:
+                    await self._error(408, "Timed out reading the request head", "timeout")
             return None
         return event
 
+    def evict(self) -> None:
+        """Close this idle connection to make room for a new one."""
+        self.evicted = True
+        if self.head_scope is not None:
+            self.head_scope.cancel()
+
     async def _run_app(self, request: h11.Request, body: bytes) -> None:
         server = self.server
-        raw_path, query, path = _path_of(request.target)
+        raw_path, query, path = path_of(request.target)
+        direct = server.direct
+        if direct is not None and await self._run_direct(
+            direct, request, body, raw_path, query, path
+        ):
+            return
         scope: Scope = {
             "type": "http",
-            "asgi": _ASGI,
+            "asgi": ASGI_VERSION,
             "http_version": request.http_version.decode("ascii"),
             "method": request.method.decode("ascii"),
             "scheme": "http",
@@ -578,6 +580,41 @@ class _Connection:
         elif not cycle.complete:
             logger.error("ASGI application returned without completing the response")
             self.must_close = True
+
+    async def _run_direct(
+        self,
+        direct: Direct,
+        request: h11.Request,
+        body: bytes,
+        raw_path: bytes,
+        query: bytes,
+        path: str,
+    ) -> bool:
+        """Answer through the fast path; False when it leaves the request to the app."""
+        result: tuple[ResponsePlan, PlanReport] | None = None
+        try:
+            result = direct(
+                DirectRequest(
+                    method=request.method.decode("ascii"),
+                    path=path,
+                    raw_path=raw_path,
+                    query=query,
+                    headers=list(request.headers),
+                    body=body,
+                    client=self.client,
+                    http_version=request.http_version.decode("ascii"),
+                )
+            )
+            if result is None:
+                return False
+            cycle = _Cycle(self, body, request.method == b"HEAD")
+            await cycle._plan(*result)
+        except Exception:
+            logger.exception("Exception in the fast path")
+            if result is None:
+                await self._internal_error(path)
+            self.must_close = True
+        return True
 
     # -- socket primitives ----------------------------------------------------------------
 
@@ -618,7 +655,7 @@ class _Connection:
                     break
                 self.h11.receive_data(data)
                 self.stash += len(data)
-                if self.stash > _MAX_STASH:
+                if self.stash > MAX_STASH:
                     await anyio.sleep_forever()
             self._mark_gone()
         finally:
@@ -669,11 +706,11 @@ class _Connection:
         """Answer with the JSON error envelope of the protocol on `path` (see `ErrorBody`)
         and mark the connection for closing."""
         self.must_close = True
-        body = _error_body(self.server.error_body, path, status, message, type_, code)
+        body = error_body(self.server.error_body, path, status, message, type_, code)
         head = (
             b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n"
-            % (status, _PHRASES.get(status, b""), _date(), len(body))
+            % (status, PHRASES.get(status, b""), http_date(), len(body))
         )
         with contextlib.suppress(_Gone):
             await self.write(head + body)
@@ -694,7 +731,7 @@ class _Connection:
         # moment, so that it reads the 413 instead of a reset.
         with contextlib.suppress(*_GONE_ERRORS):
             await self.stream.send_eof()
-        with anyio.move_on_after(_LINGER_S):
+        with anyio.move_on_after(LINGER_S):
             while await self._recv():
                 pass
 
@@ -763,10 +800,10 @@ class _Cycle:
                 has_date = True
                 break
         if not has_date:
-            headers.append((b"date", _date()))
+            headers.append((b"date", http_date()))
         if self.conn.server.shutting_down or self.conn.must_close:
             headers.append((b"connection", b"close"))
-        return h11.Response(status_code=status, headers=headers, reason=_PHRASES.get(status, b""))
+        return h11.Response(status_code=status, headers=headers, reason=PHRASES.get(status, b""))
 
     async def _send_head(self) -> None:
         self.committed = self.head_sent = True

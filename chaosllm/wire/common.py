@@ -1,0 +1,304 @@
+"""What chaosllm's two HTTP/1.1 servers share: the request handed to the fast path
+(`DirectRequest`), the error envelope hook, the ASGI lifespan driver, the listening
+sockets (dual-stack for ``::``), the open-file limit, and small HTTP helpers.
+
+`chaosllm.wire.server.WireServer` (asyncio protocols + httptools, the default) and
+`chaosllm.wire.h11_server.H11WireServer` (h11 + anyio streams, the pure-Python
+fallback) import from here; nothing here does I/O on a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any, Final
+from urllib.parse import unquote
+
+import anyio
+
+from chaosllm.core.report import PlanReport
+from chaosllm.model import ResponsePlan
+from chaosllm.wire.asgi import ASGIApp, Message
+
+__all__ = [
+    "CONTROL_PREFIX",
+    "Direct",
+    "DirectRequest",
+    "ErrorBody",
+    "bind_sockets",
+    "raise_nofile_limit",
+]
+
+logger = logging.getLogger("chaosllm.wire")
+
+ASGI_VERSION: Final = {"version": "3.0", "spec_version": "2.3"}
+PHRASES: Final = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
+MAX_STASH: Final = 1024 * 1024
+"""Pipelined bytes buffered while a response is in flight before reading stops."""
+MAX_HEAD: Final = 16 * 1024
+"""The largest request head (request line and headers) accepted: 431 beyond (h11's limit)."""
+LINGER_S: Final = 1.0
+"""How long a refused upload is drained so that the client can read the refusal."""
+FD_HEADROOM: Final = 256
+"""Open files kept for everything but client connections (recordings, logs, upstreams)."""
+RESERVE: Final = 64
+"""Connections accepted beyond the limit when no idle one can be closed: they are served
+only on the control plane and ``/health`` (a 503 elsewhere), so a full server can still
+be inspected and disarmed."""
+CONTROL_PREFIX: Final = "/__"
+HEALTH_PATH: Final = "/health"
+VERSIONS: Final = ("1.1", "1.0")
+
+ErrorBody = Callable[[str, int, str, str], "Mapping[str, Any] | None"]
+"""How the protocol served on a path words an error the server answers on its own (a 400,
+408, 413 or 500): ``(path, status, message, code)`` -> the JSON body, or None for the
+default envelope (OpenAI's shape). `chaosllm.providers.error_body_for_path` is one."""
+
+
+@dataclass(frozen=True, slots=True)
+class DirectRequest:
+    """A complete request as the server read it, handed to the fast path (`Direct`)
+    before the ASGI app: the same values the app would find in its scope."""
+
+    method: str
+    path: str
+    """Percent-decoded, as the ASGI scope's ``path``."""
+    raw_path: bytes
+    query: bytes
+    headers: Sequence[tuple[bytes, bytes]]
+    """As received, names in lower case (the ASGI scope's ``headers``)."""
+    body: bytes
+    client: tuple[str, int] | None
+    http_version: str = "1.1"
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header `name` (lower case), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+Direct = Callable[[DirectRequest], "tuple[ResponsePlan, PlanReport] | None"]
+"""The fast path: a plan (and the report the server fills while executing it) for a
+request, or None to run the ASGI app. Called on the event loop; it must not block."""
+
+
+_date_cache: list[Any] = [0, b""]
+
+
+def http_date() -> bytes:
+    """The current ``Date`` header value (formatted once a second)."""
+    now = int(time.time())
+    if now != _date_cache[0]:
+        _date_cache[0] = now
+        _date_cache[1] = formatdate(now, usegmt=True).encode("ascii")
+    value: bytes = _date_cache[1]
+    return value
+
+
+def error_body(
+    hook: ErrorBody | None,
+    path: str | None,
+    status: int,
+    message: str,
+    type_: str,
+    code: str,
+) -> bytes:
+    body = hook(path, status, message, code) if hook is not None and path is not None else None
+    if body is None:
+        body = {"error": {"message": message, "type": type_, "code": code}}
+    return json.dumps(body).encode()
+
+
+def error_response(body: bytes, status: int) -> bytes:
+    """A complete JSON error response that closes the connection."""
+    return (
+        b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+        % (status, PHRASES.get(status, b""), http_date(), len(body), body)
+    )
+
+
+def path_of(target: bytes) -> tuple[bytes, bytes, str]:
+    """A request target's raw path, query and (percent-decoded) path."""
+    raw_path, _, query = target.partition(b"?")
+    path = raw_path.decode("latin-1")
+    return raw_path, query, unquote(path) if "%" in path else path
+
+
+def address(value: object) -> tuple[str, int] | None:
+    """``(host, port)`` of a socket address; an IPv4-mapped IPv6 address (a client of a
+    dual-stack socket) is given as the IPv4 address it maps."""
+    if isinstance(value, tuple) and len(value) >= 2:
+        host = str(value[0])
+        if host.startswith("::ffff:"):
+            with contextlib.suppress(ValueError):
+                mapped = ipaddress.IPv6Address(host).ipv4_mapped
+                if mapped is not None:
+                    host = str(mapped)
+        return (host, int(value[1]))
+    return None
+
+
+def version_refusal(version: str) -> str | None:
+    """Why a request of HTTP `version` is refused (505), or None for 1.0 and 1.1."""
+    if version in VERSIONS:
+        return None
+    return f"HTTP/{version} is not supported: chaosllm speaks HTTP/1.1 and HTTP/1.0"
+
+
+BOTH_FRAMINGS: Final = (
+    "Malformed HTTP request: both Content-Length and Transfer-Encoding "
+    "(refused, RFC 9112 section 6.1)"
+)
+
+
+def body_deadline(start: float, received: int, timeout_s: float, min_rate: float) -> float:
+    """When a request body that started arriving at `start` must be complete: a grace of
+    `timeout_s`, plus one second per `min_rate` bytes received so far."""
+    return start + timeout_s + (received / min_rate if min_rate > 0 else float("inf"))
+
+
+def is_control(path: str) -> bool:
+    """The control plane and the health check: served even when the server is full."""
+    return path.startswith(CONTROL_PREFIX) or path == HEALTH_PATH
+
+
+def raise_nofile_limit(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE toward `wanted` (never above the hard limit); the soft
+    limit now in force (`wanted` where the platform has no such limit)."""
+    if sys.platform == "win32":  # pragma: no cover - no RLIMIT_NOFILE there
+        return wanted
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return wanted if soft == resource.RLIM_INFINITY else soft
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            logger.debug("cannot raise RLIMIT_NOFILE to %d: %s", target, exc)
+        else:
+            soft = target
+    return soft
+
+
+def connection_cap(max_connections: int) -> int:
+    """The connection limit in force: `max_connections`, lowered (with a warning) when the
+    open-file limit cannot be raised far enough for it."""
+    wanted = max_connections + RESERVE + FD_HEADROOM
+    limit = raise_nofile_limit(wanted)
+    if limit >= wanted:
+        return max_connections
+    cap = max(1, limit - RESERVE - FD_HEADROOM)
+    logger.warning(
+        "the open-file limit (ulimit -n) is %d: serving at most %d connections instead of "
+        "--max-connections %d; raise the limit to serve more",
+        limit,
+        cap,
+        max_connections,
+    )
+    return cap
+
+
+def bind_sockets(host: str, port: int, backlog: int = 2048) -> list[socket.socket]:
+    """Listening TCP sockets for `host`: one per address it resolves to (all on the same
+    port when `port` is 0), the wildcard ``::`` as one dual-stack socket (IPv4 clients
+    connect too). OSError when an address cannot be bound."""
+    flags = socket.AI_PASSIVE
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=flags)
+    seen: set[tuple[int, str]] = set()
+    sockets: list[socket.socket] = []
+    dual = False
+    try:
+        for family, _, _, _, sockaddr in infos:
+            key = (int(family), str(sockaddr[0]))
+            if key in seen or family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            if dual and family == socket.AF_INET:
+                continue  # the dual-stack socket already takes IPv4 clients
+            seen.add(key)
+            # proto must say TCP: asyncio sets TCP_NODELAY only on accepted sockets whose
+            # proto is IPPROTO_TCP (without it, ~40 ms delayed ACKs).
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sockets.append(sock)
+            if sys.platform != "win32":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                wildcard = ipaddress.ip_address(str(sockaddr[0]).split("%")[0]).is_unspecified
+                has_v4 = any(s.family == socket.AF_INET for s in sockets)
+                v6only = 0 if wildcard and not has_v4 else 1
+                with contextlib.suppress(OSError, AttributeError):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+                dual = dual or v6only == 0
+            bound_port = sockets[0].getsockname()[1] if len(sockets) > 1 else port
+            sock.bind((sockaddr[0], bound_port, *sockaddr[2:]))
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    if not sockets:
+        raise OSError(f"no IPv4 or IPv6 address for {host!r}")
+    return sockets
+
+
+class Lifespan:
+    """Drives the ASGI lifespan protocol; tolerates apps that do not support it."""
+
+    def __init__(self, app: ASGIApp, state: dict[str, Any]) -> None:
+        self.app = app
+        self.state = state
+        self.started = anyio.Event()
+        self.shutdown_requested = anyio.Event()
+        self.finished = anyio.Event()
+        self.failed: str | None = None
+        self.supported = True
+        self._asked_startup = False
+
+    async def run(self) -> None:
+        scope = {"type": "lifespan", "asgi": dict(ASGI_VERSION), "state": self.state}
+        try:
+            await self.app(scope, self._receive, self._send)
+        except Exception as exc:
+            if not self.started.is_set():
+                self.supported = False
+                logger.debug("the ASGI app does not support lifespan: %r", exc)
+            else:
+                logger.exception("ASGI lifespan failed")
+        finally:
+            self.started.set()
+            self.finished.set()
+
+    async def _receive(self) -> Message:
+        if not self._asked_startup:
+            self._asked_startup = True
+            return {"type": "lifespan.startup"}
+        await self.shutdown_requested.wait()
+        return {"type": "lifespan.shutdown"}
+
+    async def _send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "lifespan.startup.complete":
+            self.started.set()
+        elif kind == "lifespan.startup.failed":
+            self.failed = str(message.get("message", ""))
+            self.started.set()
+        elif kind == "lifespan.shutdown.complete":
+            self.finished.set()
+        elif kind == "lifespan.shutdown.failed":
+            logger.error("ASGI lifespan shutdown failed: %s", message.get("message", ""))
+            self.finished.set()
