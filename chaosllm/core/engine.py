@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +52,16 @@ from chaosllm.store.matching import Match, Matcher
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
 
-__all__ = ["BAD_JSON", "Decision", "Engine", "ProviderCall", "Proxy", "Reply"]
+__all__ = [
+    "BAD_JSON",
+    "MAX_DEPTH",
+    "Decision",
+    "Engine",
+    "ProviderCall",
+    "Proxy",
+    "Reply",
+    "parse_json",
+]
 
 log = logging.getLogger("chaosllm")
 
@@ -383,7 +395,7 @@ class Engine:
         digest (over the redacted request, as the recorder keys it), whether it asks for a
         stream, its model, the request validator's findings. `InvalidRequest` for a body
         the provider refuses."""
-        body = _parse(raw)
+        body = parse_json(raw)
         provider.validate(body)
         body = self.redactor.request_body(body, raw)
         return _Prepared(
@@ -449,8 +461,8 @@ class Engine:
         # The upstream is the judge of the request: it is forwarded as it is, and only
         # recorded (and faulted) when it is a JSON object that can be keyed.
         try:
-            parsed = json.loads(call.body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed = parse_json(call.body)
+        except InvalidRequest:
             parsed = None
         body = self.redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
         return self._proxy(call, body, record=record, miss=False)
@@ -515,8 +527,125 @@ class Engine:
         self.matcher.reset()
 
 
-def _parse(raw: bytes) -> Any:
+MAX_DEPTH = 128
+"""The deepest nesting of arrays and objects a body may have (`parse_json`): deeper ones are
+refused before anything recursive (validation, redaction, digests, rendering) sees them."""
+
+_FLOAT_MAX = sys.float_info.max
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""A surrogate escape (``\\ud800``) or a UTF-8-encoded surrogate (which `json.loads` lets
+through): the only ways a lone surrogate gets into a decoded string."""
+_LONG_DIGITS = re.compile(rb"[0-9]{309}")
+"""309 digits in a row: the shortest integer beyond float range can be written so."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value of a body; `InvalidRequest` saying what is wrong when it is not JSON,
+    nests deeper than `MAX_DEPTH`, holds a number that is no finite 64-bit float (NaN,
+    Infinity, 1e999, an integer too long for one) or a lone UTF-16 surrogate (``\\ud800``,
+    which no UTF-8 encoder can write back): nothing that would fail later to digest,
+    render or log. Refusals cost a walk of the value only when the bytes allow them."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_constant=_non_finite, parse_float=_finite_float)
+    except InvalidRequest:
+        raise
+    except RecursionError:
+        raise _too_deep() from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidRequest(BAD_JSON, code="invalid_json") from None
+    except ValueError:  # an integer longer than int() converts (4,300 digits)
+        raise InvalidRequest(
+            f"The request body holds an integer of more than {sys.get_int_max_str_digits()} "
+            "digits, beyond the range of a 64-bit float.",
+            code="invalid_json",
+        ) from None
+    utf8 = raw[:4].count(0) == 0  # json.loads reads UTF-16/32 too (they have NUL bytes)
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        raise _too_deep()
+    if not utf8 or _SURROGATE_BYTES.search(raw) or _LONG_DIGITS.search(raw):
+        _check_values(value)
+    return value
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(
+        f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels, "
+        "which chaosllm does not read.",
+        code="invalid_json",
+    )
+
+
+def _non_finite(literal: str) -> Any:
+    raise InvalidRequest(
+        f"The request body holds {literal}, which is not JSON: numbers must be finite.",
+        code="invalid_json",
+    )
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise InvalidRequest(
+            f"The request body holds the number {literal[:40]}, beyond the range of a "
+            "64-bit float.",
+            code="invalid_json",
+        )
+    return number
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    if type(value) is not dict and type(value) is not list:
+        return False
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if depth > limit:
+            return True
+        for child in item.values() if type(item) is dict else item:
+            kind = type(child)
+            if kind is dict or kind is list:
+                push((child, depth + 1))
+    return False
+
+
+def _check_values(value: Any) -> None:
+    """`InvalidRequest` naming the first lone surrogate (in a key or a string) or integer
+    beyond float range in `value`, and where it is (``messages[0].content``)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found is not None:
+                where = _shown(path)
+                raise InvalidRequest(
+                    f"The request body holds a lone UTF-16 surrogate "
+                    f"(\\u{ord(found.group()):04x}) at {where or 'the top level'}: a JSON "
+                    "string must be valid Unicode (a surrogate escape needs its pair).",
+                    param=where or None,
+                    code="invalid_json",
+                )
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if abs(item) > _FLOAT_MAX:
+                where = _shown(path)
+                raise InvalidRequest(
+                    f"The request body holds an integer of {len(str(item))} digits at "
+                    f"{where or 'the top level'}, beyond the range of a 64-bit float.",
+                    param=where or None,
+                    code="invalid_json",
+                )
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                inner = f"{path}.{key}" if path else key
+                stack.append((child, inner))
+                stack.append((key, inner))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+
+
+def _shown(path: str) -> str:
+    """A place in a body, printable: a key may hold the surrogate itself (escaped here),
+    and a long one is cut."""
+    return path.encode("utf-8", "backslashreplace").decode("utf-8")[:200]

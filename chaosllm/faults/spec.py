@@ -5,11 +5,16 @@ or as a query string (``POST /__fault/{type}?k=v``, typed by `spec_from_query`
 from the kinds of that type's parameters) and is checked completely before
 anything is armed: an unknown type, an unknown or misspelt field, a parameter
 that the type does not take, or a value out of range raises `InvalidFaultSpec`
-whose message lists the valid types or that type's parameters.
+whose message lists the valid types or that type's parameters. Numbers must be finite
+and within float range, and text valid Unicode (no lone surrogate such as ``\\ud800``):
+an armed fault is always one that can be listed (``GET /__fault``) and rendered.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -121,16 +126,44 @@ def _describe_type(t: FaultType) -> str:
     return f"{t.name} takes {params}; and {common}."
 
 
+_FLOAT_MAX = sys.float_info.max
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _shown(value: Any) -> str:
+    """`value` for a message: an integer too long to print (or to read) by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)[:200]
+
+
+def _out_of_range(value: Any) -> bool:
+    """Whether a number is NaN, infinite or beyond float range."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return abs(cast(int, value)) > _FLOAT_MAX
+
+
+def _text(value: str, what: str, t: FaultType) -> str:
+    found = _SURROGATE.search(value)
+    if found is not None:
+        raise InvalidFaultSpec(
+            f"{t.name}: {what} holds a lone UTF-16 surrogate (\\u{ord(found.group()):04x}): "
+            "text must be valid Unicode."
+        )
+    return value
+
+
 def _number(value: Any, name: str, param: Param, t: FaultType) -> Any:
     ok_types: tuple[type, ...] = (int,) if param.kind is int else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_types):
         kind = "an integer" if param.kind is int else "a number"
         raise InvalidFaultSpec(
-            f"{t.name}: {name} must be {kind}, got {value!r}. " + _describe_type(t)
+            f"{t.name}: {name} must be {kind}, got {_shown(value)}. " + _describe_type(t)
         )
-    number = float(cast(float, value))
+    number = cast(float, value)
     if (
-        number != number
+        _out_of_range(number)
         or (param.minimum is not None and number < param.minimum)
         or (param.maximum is not None and number > param.maximum)
     ):
@@ -139,8 +172,10 @@ def _number(value: Any, name: str, param: Param, t: FaultType) -> Any:
             if param.maximum is None
             else f"within {param.minimum:g}..{param.maximum:g}"
         )
+        if param.maximum is None and _out_of_range(number):
+            bounds += " and a finite number within float range"
         raise InvalidFaultSpec(
-            f"{t.name}: {name} must be {bounds}, got {value!r}. " + _describe_type(t)
+            f"{t.name}: {name} must be {bounds}, got {_shown(value)}. " + _describe_type(t)
         )
     return param.kind(value)
 
@@ -160,14 +195,21 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
             raw[name] = raw.pop(alias)
     type_name = raw.pop("type", None)
     if not isinstance(type_name, str) or type_name not in FAULT_TYPES:
-        given = "missing" if type_name is None else repr(type_name)
+        given = "missing" if type_name is None else _shown(type_name)
         raise InvalidFaultSpec(f"unknown fault type {given}. " + describe_catalogue())
     t = FAULT_TYPES[type_name]
 
     remaining = raw.pop("remaining", 1)
-    if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 1:
+    if (
+        isinstance(remaining, bool)
+        or not isinstance(remaining, int)
+        or remaining < 1
+        or _out_of_range(remaining)
+    ):
+        huge = " within float range" if isinstance(remaining, int) and remaining > 1 else ""
         raise InvalidFaultSpec(
-            f"{t.name}: remaining must be an integer >= 1, got {remaining!r}. " + _describe_type(t)
+            f"{t.name}: remaining must be an integer >= 1{huge}, got {_shown(remaining)}. "
+            + _describe_type(t)
         )
     probability = raw.pop("probability", 1.0)
     if (
@@ -177,7 +219,7 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
     ):
         raise InvalidFaultSpec(
             f"{t.name}: probability must be a number within 0..1, got "
-            f"{probability!r}. " + _describe_type(t)
+            f"{_shown(probability)}. " + _describe_type(t)
         )
     match = _parse_match(raw.pop("match", None), t)
     raw.pop("id", None)  # echoed back by GET /__fault; ignored when re-armed
@@ -192,9 +234,9 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
         if param.kind is str:
             if not isinstance(value, str):
                 raise InvalidFaultSpec(
-                    f"{t.name}: {name} must be a string, got {value!r}. " + _describe_type(t)
+                    f"{t.name}: {name} must be a string, got {_shown(value)}. " + _describe_type(t)
                 )
-            params[name] = value
+            params[name] = _text(value, name, t)
         else:
             params[name] = _number(value, name, param, t)
     return FaultSpec(
@@ -208,7 +250,7 @@ def _parse_match(value: Any, t: FaultType) -> Match:
     if not isinstance(value, dict):
         raise InvalidFaultSpec(
             f"{t.name}: match must be an object with any of "
-            f"{', '.join(MATCH_FIELDS)}, got {value!r}."
+            f"{', '.join(MATCH_FIELDS)}, got {_shown(value)}."
         )
     unknown = set(value) - set(MATCH_FIELDS)
     if unknown:
@@ -217,8 +259,10 @@ def _parse_match(value: Any, t: FaultType) -> Match:
             f"fields: {', '.join(MATCH_FIELDS)}."
         )
     for key in ("path", "model", "session"):
-        if value.get(key) is not None and not isinstance(value[key], str):
-            raise InvalidFaultSpec(f"{t.name}: match.{key} must be a string.")
+        if value.get(key) is not None:
+            if not isinstance(value[key], str):
+                raise InvalidFaultSpec(f"{t.name}: match.{key} must be a string.")
+            _text(value[key], f"match.{key}", t)
     if value.get("stream") is not None and not isinstance(value["stream"], bool):
         raise InvalidFaultSpec(f"{t.name}: match.stream must be true or false.")
     return Match(**{k: value.get(k) for k in MATCH_FIELDS})

@@ -23,6 +23,7 @@ from chaosllm.config import ServerConfig
 from chaosllm.core.engine import ProviderCall, Proxy, Reply
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
+from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
     SESSION_HEADER,
@@ -181,11 +182,13 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         routes=routes,
         exception_handlers={404: not_found, 405: not_found},
         middleware=[
+            Middleware(ErrorEnvelope),
+            Middleware(BodyLimit, max_body_bytes=chaos.config.max_body_bytes),
             Middleware(
                 ControlGuard,
                 token=chaos.config.control_token,
                 allow_hosts=chaos.config.allow_hosts,
-            )
+            ),
         ],
         lifespan=lifespan,
     )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chaosllm.errors import InvalidRequest
+from chaosllm.core.engine import BAD_JSON, parse_json
 from chaosllm.http.state import ChaosState
 from chaosllm.providers import DEFAULT_PROVIDER, provider_for_path
 from chaosllm.providers.base import ErrorKind
@@ -24,12 +23,6 @@ __all__ = [
 ]
 
 SESSION_HEADER = "x-chaosllm-session"
-
-BAD_JSON = (
-    "We could not parse the JSON body of your request. (HINT: This likely means you "
-    "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-    "but what was sent was not valid JSON.)"
-)
 
 
 def openai_error(
@@ -60,11 +53,9 @@ def error_response(
 
 
 async def json_body(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidRequest(BAD_JSON, code="invalid_json") from None
+    """The JSON of a control or embeddings body, read as strictly as a provider body
+    (`parse_json`): `InvalidRequest` saying what is wrong, before anything is changed."""
+    return parse_json(await request.body())
 
 
 def chaos_state(request: Request) -> ChaosState:

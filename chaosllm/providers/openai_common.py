@@ -144,8 +144,8 @@ def expect_role(item: Mapping[str, Any], roles: frozenset[str], where: str) -> s
     if role is None:
         raise missing(f"{where}.role")
     expect(
-        role in roles,
-        f"Invalid value: {json.dumps(role)}. Supported values are: "
+        isinstance(role, str) and role in roles,
+        f"Invalid value: {json.dumps(role)[:200]}. Supported values are: "
         + ", ".join(f"'{r}'" for r in sorted(roles))
         + ".",
         f"{where}.role",
