@@ -1,6 +1,9 @@
 """The wire layer: executes `ResponsePlan`s on sockets.
 
-- `WireServer`: chaosllm's own HTTP/1.1 server (h11 + anyio) hosting an ASGI app.
+- `WireServer`: chaosllm's own HTTP/1.1 server (asyncio protocols + httptools, on uvloop
+  where installed) hosting an ASGI app; `H11WireServer`: the same in pure Python (h11 +
+  anyio), the fallback.
+- `Direct`: the fast path a server asks before the ASGI app.
 - `send_plan` / `PlanResponse`: how the app hands a plan to the server; under any
   other ASGI server the plan degrades to the nearest thing ASGI can do.
 """
@@ -8,6 +11,16 @@
 from __future__ import annotations
 
 from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, PlanResponse, send_plan
+from chaosllm.wire.common import Direct
+from chaosllm.wire.h11_server import H11WireServer
 from chaosllm.wire.server import WireServer
 
-__all__ = ["PLAN_EXTENSION", "PlanAborted", "PlanResponse", "WireServer", "send_plan"]
+__all__ = [
+    "PLAN_EXTENSION",
+    "Direct",
+    "H11WireServer",
+    "PlanAborted",
+    "PlanResponse",
+    "WireServer",
+    "send_plan",
+]

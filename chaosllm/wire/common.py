@@ -1,5 +1,5 @@
-"""What chaosllm's two HTTP/1.1 servers share: the request handed to the fast path
-(`DirectRequest`), the error envelope hook, the ASGI lifespan driver, the listening
+"""What chaosllm's two HTTP/1.1 servers share: the fast-path hook (`Direct`), the error
+envelope hook, the ASGI lifespan driver, the listening
 sockets (dual-stack for ``::``), the open-file limit, and small HTTP helpers.
 
 `chaosllm.wire.server.WireServer` (asyncio protocols + httptools, the default) and
@@ -10,6 +10,7 @@ fallback) import from here; nothing here does I/O on a connection.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -17,7 +18,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, Final
@@ -32,8 +32,8 @@ from chaosllm.wire.asgi import ASGIApp, Message
 __all__ = [
     "CONTROL_PREFIX",
     "Direct",
-    "DirectRequest",
     "ErrorBody",
+    "backend_options",
     "bind_sockets",
     "raise_nofile_limit",
 ]
@@ -64,33 +64,15 @@ ErrorBody = Callable[[str, int, str, str], "Mapping[str, Any] | None"]
 default envelope (OpenAI's shape). `chaosllm.providers.error_body_for_path` is one."""
 
 
-@dataclass(frozen=True, slots=True)
-class DirectRequest:
-    """A complete request as the server read it, handed to the fast path (`Direct`)
-    before the ASGI app: the same values the app would find in its scope."""
-
-    method: str
-    path: str
-    """Percent-decoded, as the ASGI scope's ``path``."""
-    raw_path: bytes
-    query: bytes
-    headers: Sequence[tuple[bytes, bytes]]
-    """As received, names in lower case (the ASGI scope's ``headers``)."""
-    body: bytes
-    client: tuple[str, int] | None
-    http_version: str = "1.1"
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header `name` (lower case), or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
-
-
-Direct = Callable[[DirectRequest], "tuple[ResponsePlan, PlanReport] | None"]
-"""The fast path: a plan (and the report the server fills while executing it) for a
-request, or None to run the ASGI app. Called on the event loop; it must not block."""
+Direct = Callable[
+    [str, str, bytes, Sequence[tuple[bytes, bytes]], bytes],
+    "tuple[ResponsePlan, PlanReport] | None",
+]
+"""The fast path: ``direct(method, path, query, headers, body)`` -> a plan for the request
+(and the report the server fills while executing it), or None to run the ASGI app. `path`
+is percent-decoded and `headers` are as received with names in lower case, as in the ASGI
+scope. Called on the event loop: it must not block. `chaosllm.http.direct.DirectHandler`
+is one."""
 
 
 _date_cache: list[Any] = [0, b""]
@@ -172,6 +154,15 @@ def body_deadline(start: float, received: int, timeout_s: float, min_rate: float
 def is_control(path: str) -> bool:
     """The control plane and the health check: served even when the server is full."""
     return path.startswith(CONTROL_PREFIX) or path == HEALTH_PATH
+
+
+def backend_options(backend: str = "asyncio") -> dict[str, Any]:
+    """anyio's options for running `backend`: uvloop for asyncio where it is installed."""
+    if backend != "asyncio" or sys.platform == "win32":
+        return {}
+    if importlib.util.find_spec("uvloop") is None:
+        return {}
+    return {"use_uvloop": True}
 
 
 def raise_nofile_limit(wanted: int) -> int:

@@ -78,7 +78,6 @@ from chaosllm.wire.common import (
     MAX_STASH,
     PHRASES,
     Direct,
-    DirectRequest,
     ErrorBody,
     Lifespan,
     address,
@@ -537,9 +536,7 @@ class _Connection:
         server = self.server
         raw_path, query, path = path_of(request.target)
         direct = server.direct
-        if direct is not None and await self._run_direct(
-            direct, request, body, raw_path, query, path
-        ):
+        if direct is not None and await self._run_direct(direct, request, body, query, path):
             return
         scope: Scope = {
             "type": "http",
@@ -586,7 +583,6 @@ class _Connection:
         direct: Direct,
         request: h11.Request,
         body: bytes,
-        raw_path: bytes,
         query: bytes,
         path: str,
     ) -> bool:
@@ -594,16 +590,7 @@ class _Connection:
         result: tuple[ResponsePlan, PlanReport] | None = None
         try:
             result = direct(
-                DirectRequest(
-                    method=request.method.decode("ascii"),
-                    path=path,
-                    raw_path=raw_path,
-                    query=query,
-                    headers=list(request.headers),
-                    body=body,
-                    client=self.client,
-                    http_version=request.http_version.decode("ascii"),
-                )
+                request.method.decode("ascii"), path, query, list(request.headers), body
             )
             if result is None:
                 return False
