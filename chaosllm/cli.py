@@ -220,13 +220,23 @@ def _parser() -> argparse.ArgumentParser:
         "--server",
         type=_choice(ServerKind),
         default=ServerKind.BUILTIN,
-        help="builtin (default, exact socket-level faults) or uvicorn",
+        help="builtin (default: httptools on uvloop, exact socket-level faults), h11 (its "
+        "pure-Python fallback) or uvicorn",
     )
     serve.add_argument(
         "--max-body-bytes",
         type=int,
         default=16 * 1024 * 1024,
         help="largest request body accepted (default 16 MiB)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="client connections held at once (default 10000; builtin servers): when full, "
+        "the oldest idle keep-alive connection is closed for a new one, and the control "
+        "plane still answers",
     )
     serve.add_argument(
         "--journal-size",
@@ -525,6 +535,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.journal_size < 1:
         print("chaosllm: --journal-size must be at least 1", file=sys.stderr)
         return 2
+    if args.max_connections < 1:
+        print("chaosllm: --max-connections must be at least 1", file=sys.stderr)
+        return 2
     if args.fault_history_size < 0:
         print("chaosllm: --fault-history-size must be at least 0", file=sys.stderr)
         return 2
@@ -562,6 +575,7 @@ def _serve(args: argparse.Namespace) -> int:
         record_scenario=args.record_scenario,
         secrets=[*args.secrets, *secrets_from_env()],
         max_body_bytes=args.max_body_bytes,
+        max_connections=args.max_connections,
         control_token=args.control_token,
         allow_hosts=args.allow_host,
         journal_size=args.journal_size,

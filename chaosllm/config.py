@@ -119,6 +119,10 @@ class ServerConfig:
     secrets: Sequence[str] = ()
     """Values redacted from recordings and request keys (besides well-known key shapes)."""
     max_body_bytes: int = 16 * 1024 * 1024
+    max_connections: int = 10_000
+    """Client connections the builtin server holds at once (``--max-connections``): when
+    full, the oldest idle keep-alive connection is closed for a new one, and the control
+    plane still answers beyond it."""
     journal_size: int = 10_000
     """How many provider requests the journal keeps (the newest)."""
     fault_history_size: int = 1000

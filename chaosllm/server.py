@@ -1,8 +1,11 @@
 """Run the app: in the foreground (the CLI) or in a background thread (`ChaosServer`).
 
-Two servers host the same Starlette app: chaosllm's own (``builtin``, h11 +
-anyio, executes every plan exactly, socket-level faults included) and
-``uvicorn`` (socket-level endings degrade to the nearest thing ASGI can do).
+Three servers host the same Starlette app: chaosllm's own (``builtin``: asyncio
+protocols and httptools, on uvloop where installed, provider requests answered by the
+engine without the app; it executes every plan exactly, socket-level faults included),
+its pure-Python fallback (``h11``: h11 + anyio, every request through the app, the same
+bytes on the wire) and ``uvicorn`` (socket-level endings degrade to the nearest thing
+ASGI can do).
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
 from chaosllm.http.control import parse_allow_hosts
+from chaosllm.http.direct import DirectHandler
 from chaosllm.http.state import ChaosState
 from chaosllm.providers import error_body_for_path
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import load_profile
-from chaosllm.wire import PlanAborted, WireServer
+from chaosllm.wire import H11WireServer, PlanAborted, WireServer
+from chaosllm.wire.common import backend_options
 
 __all__ = ["ChaosServer", "ServerKind", "run_server"]
 
@@ -51,6 +56,8 @@ log = logging.getLogger("chaosllm")
 class ServerKind(str, enum.Enum):
     BUILTIN = "builtin"
     UVICORN = "uvicorn"
+    H11 = "h11"
+    """The builtin server's pure-Python fallback (h11 + anyio)."""
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -74,15 +81,34 @@ def _url(host: str, port: int) -> str:
 
 
 async def _serve_builtin(
-    app: Starlette, host: str, port: int, config: ServerConfig, ready: Any, stop: anyio.Event
+    app: Starlette,
+    host: str,
+    port: int,
+    config: ServerConfig,
+    ready: Any,
+    stop: anyio.Event,
+    kind: ServerKind = ServerKind.BUILTIN,
 ) -> None:
-    server = WireServer(
-        app,
-        host=host,
-        port=port,
-        max_body_bytes=config.max_body_bytes,
-        error_body=error_body_for_path,
-    )
+    server: WireServer | H11WireServer
+    if kind is ServerKind.H11:
+        server = H11WireServer(
+            app,
+            host=host,
+            port=port,
+            max_body_bytes=config.max_body_bytes,
+            max_connections=config.max_connections,
+            error_body=error_body_for_path,
+        )
+    else:
+        server = WireServer(
+            app,
+            host=host,
+            port=port,
+            max_body_bytes=config.max_body_bytes,
+            max_connections=config.max_connections,
+            error_body=error_body_for_path,
+            direct=DirectHandler(app.state.chaos),
+        )
     async with anyio.create_task_group() as tg:
         bound = await tg.start(server.serve)
         ready(bound)
@@ -183,13 +209,13 @@ def run_server(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_on_signal)
-                await _serve_builtin(app, host, port, config, ready, stop)
+                await _serve_builtin(app, host, port, config, ready, stop, kind)
                 tg.cancel_scope.cancel()
         except OSError as exc:
             raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(main)
+        anyio.run(main, backend_options=backend_options())
 
 
 class ChaosServer:
@@ -217,6 +243,7 @@ class ChaosServer:
         record_scenario: str = DEFAULT_RECORD_SCENARIO,
         secrets: Sequence[str] = (),
         max_body_bytes: int = 16 * 1024 * 1024,
+        max_connections: int = 10_000,
         journal_size: int = 10_000,
         fault_history_size: int = 1000,
         max_sessions: int = 10_000,
@@ -259,6 +286,7 @@ class ChaosServer:
             match_order=Strategy.parse_order(match) if isinstance(match, str) else tuple(match),
             nearest_threshold=nearest_threshold,
             max_body_bytes=max_body_bytes,
+            max_connections=max_connections,
             upstream=upstream,
             record_dir=target,
             record_scenario=record_scenario,
@@ -328,11 +356,17 @@ class ChaosServer:
                     started.set()
 
                 await _serve_builtin(
-                    self.app, self.host, self._requested_port, self.config, ready, self._stop
+                    self.app,
+                    self.host,
+                    self._requested_port,
+                    self.config,
+                    ready,
+                    self._stop,
+                    self.kind,
                 )
 
             try:
-                anyio.run(main)
+                anyio.run(main, backend_options=backend_options())
             except BaseException as exc:  # reported by start()/stop()
                 self._error = exc
             finally:
