@@ -8,10 +8,11 @@ server and of Starlette itself, which chaosllm cannot go below.
 
 Run as a server (the benchmark does this in a subprocess)::
 
-    python benchmarks/bare_app.py --server builtin|uvicorn [--no-uvloop] --payloads FILE
+    python benchmarks/bare_app.py --server builtin|h11|uvicorn [--no-uvloop] --payloads FILE
 
 ``builtin`` hosts the app on `chaosllm.wire.WireServer` (as ``chaosllm serve
---server builtin`` does: plain asyncio via ``anyio.run``); ``uvicorn`` runs it
+--server builtin`` does: on uvloop when importable), ``h11`` on
+`chaosllm.wire.H11WireServer` (the pure-Python fallback); ``uvicorn`` runs it
 with the same configuration as ``chaosllm serve --server uvicorn`` (httptools,
 uvloop when importable, no access log, lifespan off). It prints
 ``bare listening on http://127.0.0.1:PORT`` once bound. ``POST /__fault`` and
@@ -112,26 +113,28 @@ def _serve_uvicorn(app: Starlette, uvloop: bool) -> None:
         sock.close()
 
 
-def _serve_builtin(app: Starlette) -> None:
+def _serve_builtin(app: Starlette, *, h11: bool, uvloop: bool) -> None:
     import anyio
 
-    from chaosllm.wire import WireServer
+    from chaosllm.wire import H11WireServer, WireServer
+    from chaosllm.wire.common import backend_options
 
     async def main() -> None:
-        server = WireServer(app, host="127.0.0.1", port=0)
+        cls = H11WireServer if h11 else WireServer
+        server = cls(app, host="127.0.0.1", port=0)
         async with anyio.create_task_group() as tg:
             _, port = await tg.start(server.serve)
             _announce(port)
             await anyio.sleep_forever()
 
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(main)
+        anyio.run(main, backend_options=backend_options() if uvloop else {})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="bare Starlette baseline server")
-    parser.add_argument("--server", choices=("builtin", "uvicorn"), required=True)
-    parser.add_argument("--no-uvloop", action="store_true", help="uvicorn on plain asyncio")
+    parser.add_argument("--server", choices=("builtin", "h11", "uvicorn"), required=True)
+    parser.add_argument("--no-uvloop", action="store_true", help="on plain asyncio")
     parser.add_argument(
         "--payloads",
         type=Path,
@@ -148,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             _serve_uvicorn(app, uvloop=not args.no_uvloop)
     else:
-        _serve_builtin(app)
+        _serve_builtin(app, h11=args.server == "h11", uvloop=not args.no_uvloop)
     return 0
 
 

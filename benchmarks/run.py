@@ -189,7 +189,11 @@ class ServerKind:
 
 
 def server_kinds() -> list[ServerKind]:
-    kinds = [ServerKind("builtin", ("--server", "builtin"), True, ("--server", "builtin"))]
+    kinds = [
+        ServerKind("builtin", ("--server", "builtin"), True, ("--server", "builtin")),
+        # The pure-Python fallback, on the plain asyncio loop: the builtin server as it was.
+        ServerKind("h11", ("--server", "h11"), False, ("--server", "h11", "--no-uvloop")),
+    ]
     if importlib.util.find_spec("uvicorn") is None:
         return kinds
     if importlib.util.find_spec("uvloop") is not None:

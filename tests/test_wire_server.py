@@ -1,4 +1,5 @@
-"""The wire server on real sockets: HTTP/1.1 behaviour and every plan ending."""
+"""The wire servers on real sockets: HTTP/1.1 behaviour and every plan ending, on the
+default server (asyncio protocols + httptools) and on its pure-Python fallback (h11)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,15 @@ from starlette.routing import Route
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, Piece, ResponsePlan
-from chaosllm.wire import PlanResponse, WireServer, send_plan
+from chaosllm.wire import H11WireServer, PlanResponse, WireServer, send_plan
 from chaosllm.wire.asgi import Receive, Scope, Send
 from tests.helpers import CLOCK_SLACK, read_until_eof
 
 pytestmark = pytest.mark.timeout(30)
+
+AnyServer = WireServer | H11WireServer
+ServerClass = type[WireServer] | type[H11WireServer]
+SERVERS = [pytest.param(WireServer, id="httptools"), pytest.param(H11WireServer, id="h11")]
 
 SOCKET_TIMEOUT = 5.0
 SSE = (("content-type", "text/event-stream"),)
@@ -147,7 +152,7 @@ class Running:
     port: int
     endpoint: PlanEndpoint
     state: AppState
-    server: WireServer
+    server: AnyServer
 
     @property
     def url(self) -> str:
@@ -158,17 +163,24 @@ class Running:
 
 
 @contextlib.contextmanager
-def running(**options: Any) -> Iterator[Running]:
+def running(server_class: ServerClass, **options: Any) -> Iterator[Running]:
     endpoint = PlanEndpoint()
     state = AppState()
-    server = WireServer(make_app(endpoint, state), **options)
+    server = server_class(make_app(endpoint, state), **options)
     with server.run_in_thread() as (host, port):
         yield Running(host, port, endpoint, state, server)
 
 
+@pytest.fixture(scope="module", params=SERVERS)
+def server_class(request: pytest.FixtureRequest) -> ServerClass:
+    """Each test runs on both servers."""
+    cls: ServerClass = request.param
+    return cls
+
+
 @pytest.fixture(scope="module")
-def srv() -> Iterator[Running]:
-    with running() as r:
+def srv(server_class: ServerClass) -> Iterator[Running]:
+    with running(server_class) as r:
         yield r
 
 
@@ -352,14 +364,14 @@ def test_app_exception_gives_500(srv: Running) -> None:
     assert got.status_code == 500
 
 
-def test_app_exception_before_response_gives_json_500() -> None:
+def test_app_exception_before_response_gives_json_500(server_class: ServerClass) -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             raise RuntimeError("no lifespan here")  # must be tolerated
         raise RuntimeError("boom")
 
     with (
-        WireServer(app).run_in_thread() as (host, port),
+        server_class(app).run_in_thread() as (host, port),
         httpx.Client(timeout=SOCKET_TIMEOUT) as client,
     ):
         got = client.get(f"http://{host}:{port}/")
@@ -367,8 +379,8 @@ def test_app_exception_before_response_gives_json_500() -> None:
     assert got.json()["error"]["type"] == "server_error"
 
 
-def test_oversize_body_gets_413() -> None:
-    with running(max_body_bytes=1024) as r:
+def test_oversize_body_gets_413(server_class: ServerClass) -> None:
+    with running(server_class, max_body_bytes=1024) as r:
         with r.connect() as sock:
             sock.sendall(request_bytes("/echo", "POST", "Content-Length: 5000\r\n"))
             data = read_until_eof(sock)
@@ -389,8 +401,8 @@ def test_oversize_body_gets_413() -> None:
             assert client.post("/echo", content=b"y" * 1024).json()["length"] == 1024
 
 
-def test_slow_header_timeout() -> None:
-    with running(header_timeout_s=0.2) as r:
+def test_slow_header_timeout(server_class: ServerClass) -> None:
+    with running(server_class, header_timeout_s=0.2) as r:
         with r.connect() as sock:
             started = time.monotonic()
             sock.sendall(b"GET /echo HT")
@@ -402,8 +414,8 @@ def test_slow_header_timeout() -> None:
             assert read_until_eof(sock) == b""
 
 
-def test_keepalive_idle_timeout() -> None:
-    with running(keepalive_timeout_s=0.2) as r, r.connect() as sock:
+def test_keepalive_idle_timeout(server_class: ServerClass) -> None:
+    with running(server_class, keepalive_timeout_s=0.2) as r, r.connect() as sock:
         sock.sendall(request_bytes("/echo"))
         response, _ = read_response(sock)
         assert response.status_code == 200
@@ -633,8 +645,8 @@ def test_plan_client_gone_during_piece_delay(srv: Running) -> None:
 # -- shutdown --------------------------------------------------------------------------
 
 
-def test_shutdown_with_idle_keep_alive_connection() -> None:
-    with running() as r, r.connect() as sock:
+def test_shutdown_with_idle_keep_alive_connection(server_class: ServerClass) -> None:
+    with running(server_class) as r, r.connect() as sock:
         sock.sendall(request_bytes("/echo"))
         response, _ = read_response(sock)
         assert response.status_code == 200
@@ -645,8 +657,8 @@ def test_shutdown_with_idle_keep_alive_connection() -> None:
     assert r.state.lifespan == ["startup", "shutdown"]
 
 
-def test_shutdown_lets_in_flight_request_finish() -> None:
-    with running() as r:
+def test_shutdown_lets_in_flight_request_finish(server_class: ServerClass) -> None:
+    with running(server_class) as r:
         pieces = (Piece(frame(0)), Piece(frame(1), delay_ms=200))
         r.endpoint.serve(sse_plan(pieces=pieces))
         with r.connect() as sock:
@@ -660,14 +672,14 @@ def test_shutdown_lets_in_flight_request_finish() -> None:
         assert r.endpoint.report().outcome is Outcome.COMPLETE
 
 
-def test_lifespan_failure_and_bind_failure_raise_server_error() -> None:
+def test_lifespan_failure_and_bind_failure_raise_server_error(server_class: ServerClass) -> None:
     @contextlib.asynccontextmanager
     async def failing(app: Starlette) -> AsyncIterator[None]:
         raise RuntimeError("no database")
         yield
 
     with pytest.raises(ServerError, match="lifespan"):
-        anyio.run(WireServer(Starlette(lifespan=failing)).serve)
+        anyio.run(server_class(Starlette(lifespan=failing)).serve)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         raise AssertionError("never called")
@@ -677,17 +689,17 @@ def test_lifespan_failure_and_bind_failure_raise_server_error() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ServerError, match="cannot listen"):
-            anyio.run(WireServer(app, port=port).serve)
+            anyio.run(server_class(app, port=port).serve)
 
 
-def test_serve_in_task_group() -> None:
+def test_serve_in_task_group(server_class: ServerClass) -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
     async def main() -> int:
-        server = WireServer(app)
+        server = server_class(app)
         async with anyio.create_task_group() as tg:
             host, port = await tg.start(server.serve)
             async with httpx.AsyncClient(timeout=SOCKET_TIMEOUT) as client:
