@@ -938,7 +938,7 @@ class _Conn(asyncio.Protocol):
         if "HTTP version" in reason:
             message = "Unsupported HTTP version: chaosllm speaks HTTP/1.1 and HTTP/1.0"
             self._refuse(505, message, "http_version_not_supported", path=path)
-        elif "Transfer-Encoding can't be present with Content-Length" in reason:
+        elif "can't be present with" in reason:  # Content-Length with Transfer-Encoding
             self._refuse(400, BOTH_FRAMINGS, "bad_request", path=path)
         else:
             self._refuse(400, f"Malformed HTTP request: {reason}", "bad_request")
