@@ -140,22 +140,33 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
         raise ServerError(
             "--server uvicorn needs uvicorn: pip install 'chaosllm[uvicorn]'"
         ) from exc
+    from chaosllm.http.uvicorn_guard import (
+        GRACEFUL_TIMEOUT_S,
+        MAX_HEAD,
+        guarded_protocol,
+        guarded_server,
+    )
+
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
+    # The same guarantees as the builtin server (chaosllm.http.uvicorn_guard): read
+    # deadlines and a connection cap in the protocol, a shutdown that cancels stalls,
+    # sparse logs at the open-file limit; the body limit is the app's BodyLimit.
     uv_config = uvicorn.Config(
         app,
         loop=loop,
-        http=http,
+        http=guarded_protocol(http),
         log_level="warning",
         access_log=False,
         lifespan="auto",
-        h11_max_incomplete_event_size=config.max_body_bytes,
+        h11_max_incomplete_event_size=MAX_HEAD,
+        timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
     )
     error_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _HidePlanAborts) for f in error_log.filters):
         error_log.addFilter(_HidePlanAborts())
     log.warning(UVICORN_DEGRADED)
-    return uvicorn.Server(uv_config)
+    return guarded_server(uv_config)
 
 
 def _has(module: str) -> bool:

@@ -7,7 +7,9 @@ routing, no `Request` object, no middleware (the control plane's guard only conc
 ``/__`` paths, which never come this way). Anything else -- the control plane, the
 other routes, and every mode but replay, where a decision may be a call to the upstream
 (an ASGI response) -- returns None and goes through the app as usual. The engine call
-is the same either way, so both paths give the same bytes and the same journal.
+is the same either way, so both paths give the same bytes and the same journal. An
+unexpected exception is answered as the app's `ErrorEnvelope` answers it: the protocol's
+500 (``internal_error``, an id the log line carries), and the connection closed.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from collections.abc import Sequence
 from chaosllm.config import Mode
 from chaosllm.core.engine import ProviderCall, Reply
 from chaosllm.core.report import PlanReport
+from chaosllm.http.guards import internal_error
 from chaosllm.http.state import ChaosState
 from chaosllm.model import ResponsePlan
 from chaosllm.providers import provider_for_path
+from chaosllm.providers.base import ErrorKind
 
 __all__ = ["SESSION_HEADER_BYTES", "DirectHandler"]
 
@@ -53,15 +57,19 @@ class DirectHandler:
             if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
                 session = value.decode("latin-1")
                 break
-        decision = state.handle(
-            ProviderCall(
-                provider=provider,
-                path=path,
-                body=body,
-                session=session,
-                method=method,
-                query=query,
-            )
+        call = ProviderCall(
+            provider=provider, path=path, body=body, session=session, method=method, query=query
         )
+        try:
+            decision = state.handle(call)
+        except Exception as exc:
+            # As the app's ErrorEnvelope answers: the protocol's 500, an id in the log.
+            plan = provider.render_error(
+                500,
+                internal_error(method, path, exc),
+                kind=ErrorKind.SERVER_ERROR,
+                code="internal_error",
+            )
+            return plan.with_(close_after=True), PlanReport()
         assert isinstance(decision, Reply)  # in replay mode the engine always replies
         return decision.plan, decision.entry.report

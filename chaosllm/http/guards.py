@@ -28,9 +28,27 @@ from chaosllm.errors import PlanAborted
 from chaosllm.http.web import error_response
 from chaosllm.providers.base import ErrorKind
 
-__all__ = ["BodyLimit", "ErrorEnvelope"]
+__all__ = ["BodyLimit", "ErrorEnvelope", "internal_error"]
 
 log = logging.getLogger("chaosllm")
+
+
+def internal_error(method: str, path: str, exc: BaseException) -> str:
+    """Log an unexpected `exc` raised answering ``method path`` under a new short error
+    id, with its traceback; the message of the 500 that answers it, carrying the id."""
+    error_id = secrets.token_hex(4)
+    log.error(
+        "internal error %s: %s %s raised %s",
+        error_id,
+        method,
+        path[:200],
+        type(exc).__name__,
+        exc_info=exc,
+    )
+    return (
+        f"chaosllm failed to answer this request: an unexpected {type(exc).__name__} "
+        f"(error id {error_id}; the server log has the details under that id)."
+    )
 
 
 class ErrorEnvelope:
@@ -59,22 +77,11 @@ class ErrorEnvelope:
         except Exception as exc:
             if started:
                 raise
-            error_id = secrets.token_hex(4)
-            method, path = scope.get("method", "?"), scope.get("path", "")
-            log.error(
-                "internal error %s: %s %s raised %s",
-                error_id,
-                method,
-                path[:200],
-                type(exc).__name__,
-                exc_info=exc,
-            )
+            path = scope.get("path", "")
             response = error_response(
                 path,
                 500,
-                f"chaosllm failed to answer this request: an unexpected "
-                f"{type(exc).__name__} (error id {error_id}; the server log has the details "
-                f"under that id).",
+                internal_error(scope.get("method", "?"), path, exc),
                 kind=ErrorKind.SERVER_ERROR,
                 code="internal_error",
             )

@@ -1,0 +1,292 @@
+"""``--server uvicorn`` with the guarantees of chaosllm's own server.
+
+uvicorn on its own reads a request head or body for as long as the client cares to
+send it (a slowloris holds a connection forever), waits forever at shutdown for a
+response that stalls, and, on the plain asyncio loop, logs thousands of tracebacks a
+second once the open-file limit is reached (asyncio's accept loop retries every
+pending connection and logs each failure). Here, mirroring `chaosllm.wire.server`:
+
+- **Read deadlines** (`guarded_protocol`, a subclass of uvicorn's HTTP protocol): the
+  first request's head must arrive within `HEADER_TIMEOUT_S` of the accept and a later
+  one within `HEADER_TIMEOUT_S` of its first byte (408 for a partial head, a plain close
+  for no byte at all); a body that pauses for `HEADER_TIMEOUT_S`, or arrives slower than
+  `BODY_MIN_RATE` bytes a second once `BODY_TIMEOUT_S` has passed, gets 408 (or, when
+  the response has started, a close). uvicorn's own keep-alive timeout closes idle
+  connections between requests. Errors uvicorn answers on its own (malformed HTTP) are
+  JSON envelopes too.
+- **Connections**: the open-file soft limit is raised toward what `MAX_CONNECTIONS`
+  needs; beyond the connections it allows, the oldest idle connection (waiting for a
+  request, nothing of it received) is closed for a new one.
+- **Shutdown**: in-flight responses get `GRACEFUL_TIMEOUT_S`, then they are cancelled
+  (``timeout_graceful_shutdown``): a stall does not hold SIGTERM.
+- **The open-file limit**: accept failures are logged once per `ACCEPT_LOG_INTERVAL_S`
+  with a count (`guarded_server`), not once per attempt.
+
+The body size limit (``--max-body-bytes``) is the ASGI middleware
+`chaosllm.http.guards.BodyLimit`, in the app under every server. uvicorn is imported
+only when one of these is called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from email.utils import formatdate
+from typing import Any, Final
+
+from chaosllm.providers import error_body_for_path
+from chaosllm.wire.common import raise_nofile_limit
+
+__all__ = [
+    "ACCEPT_LOG_INTERVAL_S",
+    "BODY_MIN_RATE",
+    "BODY_TIMEOUT_S",
+    "GRACEFUL_TIMEOUT_S",
+    "HEADER_TIMEOUT_S",
+    "MAX_CONNECTIONS",
+    "MAX_HEAD",
+    "guarded_protocol",
+    "guarded_server",
+]
+
+log = logging.getLogger("chaosllm")
+
+HEADER_TIMEOUT_S = 10.0
+"""Longest wait for a request head (and longest pause inside a body)."""
+BODY_TIMEOUT_S = 10.0
+"""Grace before a body must keep up `BODY_MIN_RATE`."""
+BODY_MIN_RATE = 32 * 1024
+"""Bytes a second a body must average once `BODY_TIMEOUT_S` has passed."""
+GRACEFUL_TIMEOUT_S: Final = 5
+"""How long in-flight responses may run on at shutdown before they are cancelled."""
+MAX_CONNECTIONS = 10_000
+"""Connections served at once (fewer when the open-file limit cannot be raised)."""
+FD_HEADROOM: Final = 256
+"""Open files kept for everything but client connections."""
+MAX_HEAD: Final = 16 * 1024
+"""The largest request head h11 buffers (its default; uvicorn's httptools has its own)."""
+ACCEPT_LOG_INTERVAL_S = 10.0
+"""At most one log line per this many seconds about failing accepts."""
+
+_ACCEPT_FAILED = "socket.accept() out of system resource"
+
+_PHRASES: Final = {400: b"Bad Request", 408: b"Request Timeout"}
+
+
+def _connection_cap() -> int:
+    limit = raise_nofile_limit(MAX_CONNECTIONS + FD_HEADROOM)
+    return max(1, min(MAX_CONNECTIONS, limit - FD_HEADROOM))
+
+
+def _refusal(status: int, message: str, code: str, path: str | None) -> bytes:
+    """A complete response with the JSON envelope of the protocol on `path` (OpenAI's when
+    it is unknown), closing the connection."""
+    body = error_body_for_path(path, status, message, code) if path is not None else None
+    if body is None:
+        body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    data = json.dumps(body).encode()
+    date = formatdate(usegmt=True).encode("ascii")
+    head = (
+        b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n"
+        % (status, _PHRASES.get(status, b""), date, len(data))
+    )
+    return head + data
+
+
+def guarded_protocol(http: str) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class `http` (``"httptools"`` or ``"h11"``) with the read
+    deadlines and the connection cap of the module docstring."""
+    base: type[asyncio.Protocol]
+    if http == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        base = HttpToolsProtocol
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = H11Protocol
+    cap = _connection_cap()
+
+    class Guarded(base):  # type: ignore[valid-type, misc]
+        """One connection: uvicorn's protocol, plus a deadline timer."""
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            now = self.loop.time()
+            self._cl_timer: asyncio.TimerHandle | None = None
+            self._cl_seen: Any = None
+            """The request whose head was read last."""
+            self._cl_since: float | None = now
+            """Since when the next head is awaited with a deadline (the first: the accept;
+            a later one: its first byte); None: idle, uvicorn's keep-alive timer runs."""
+            self._cl_bytes = 0
+            """Bytes received while waiting for the next head."""
+            self._cl_body_start = now
+            self._cl_body_bytes = 0
+            self._cl_last = now
+            idle = self._cl_idle()
+            idle[self] = None
+            if len(self.connections) > cap:
+                for other in idle:
+                    if other is not self:
+                        del idle[other]
+                        other.transport.close()
+                        break
+            self._cl_schedule()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cl_cancel()
+            self._cl_idle().pop(self, None)
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            now = self.loop.time()
+            super().data_received(data)
+            self._cl_progress(len(data), now)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.cycle is self._cl_seen and not self.transport.is_closing():
+                self._cl_since = None
+                self._cl_bytes = 0
+                self._cl_idle()[self] = None
+            self._cl_progress(0, self.loop.time())
+
+        def send_400_response(self, msg: str) -> None:
+            if not self.transport.is_closing():
+                self.transport.write(
+                    _refusal(400, f"Malformed HTTP request: {msg}", "bad_request", None)
+                )
+                self.transport.close()
+
+        # -- the deadline -----------------------------------------------------------------
+
+        def _cl_idle(self) -> dict[Any, None]:
+            """The idle connections of this server, oldest first."""
+            state = self.server_state
+            idle: dict[Any, None] | None = getattr(state, "chaosllm_idle", None)
+            if idle is None:
+                idle = state.chaosllm_idle = {}
+            return idle
+
+        def _cl_waiting(self) -> bool:
+            cycle = self.cycle
+            return cycle is None or (cycle is self._cl_seen and cycle.response_complete)
+
+        def _cl_progress(self, size: int, now: float) -> None:
+            cycle = self.cycle
+            if cycle is not None and cycle is not self._cl_seen:  # a new head was read
+                self._cl_seen = cycle
+                self._cl_since = None
+                self._cl_bytes = 0
+                self._cl_body_start = self._cl_last = now
+                self._cl_body_bytes = 0
+                self._cl_idle().pop(self, None)
+            elif self._cl_waiting():
+                if size:
+                    self._cl_bytes += size
+                    if self._cl_since is None:
+                        self._cl_since = now
+                    self._cl_idle().pop(self, None)
+            elif size:
+                self._cl_body_bytes += size
+                self._cl_last = now
+            self._cl_schedule()
+
+        def _cl_deadline(self) -> float | None:
+            if self._cl_waiting():
+                return None if self._cl_since is None else self._cl_since + HEADER_TIMEOUT_S
+            if not self.cycle.more_body:
+                return None  # the request is read: the response is the app's business
+            rate = self._cl_body_bytes / BODY_MIN_RATE if BODY_MIN_RATE > 0 else float("inf")
+            pause: float = self._cl_last + HEADER_TIMEOUT_S
+            overall: float = self._cl_body_start + BODY_TIMEOUT_S + rate
+            return min(pause, overall)
+
+        def _cl_cancel(self) -> None:
+            if self._cl_timer is not None:
+                self._cl_timer.cancel()
+                self._cl_timer = None
+
+        def _cl_schedule(self) -> None:
+            self._cl_cancel()
+            if self.transport.is_closing():
+                return
+            deadline = self._cl_deadline()
+            if deadline is not None:
+                self._cl_timer = self.loop.call_at(deadline, self._cl_expire)
+
+        def _cl_expire(self) -> None:
+            self._cl_timer = None
+            if self.transport.is_closing():
+                return
+            now = self.loop.time()
+            if not self._cl_waiting() and self.flow.read_paused:
+                # uvicorn stopped reading (the app has not taken the body yet): not the
+                # client's delay.
+                self._cl_last = now
+                self._cl_schedule()
+                return
+            deadline = self._cl_deadline()
+            if deadline is None:
+                return
+            if now < deadline:
+                self._cl_schedule()
+                return
+            if self._cl_waiting():
+                if self._cl_bytes:
+                    self.transport.write(
+                        _refusal(408, "Timed out reading the request head", "timeout", None)
+                    )
+            elif not self.cycle.response_started:
+                path = self.cycle.scope.get("path")
+                self.transport.write(
+                    _refusal(408, "Timed out reading the request body", "timeout", path)
+                )
+            if self.cycle is not None:
+                self.cycle.disconnected = True  # what the app still sends goes nowhere
+            self.transport.close()
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded
+
+
+class _AcceptErrors:
+    """A loop exception handler: failing accepts (the open-file limit) logged once per
+    `ACCEPT_LOG_INTERVAL_S` with how many failed; everything else as the loop would."""
+
+    def __init__(self) -> None:
+        self.failed = 0
+        self.reported = float("-inf")
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != _ACCEPT_FAILED:
+            loop.default_exception_handler(context)
+            return
+        self.failed += 1
+        now = time.monotonic()
+        if now - self.reported < ACCEPT_LOG_INTERVAL_S:
+            return
+        self.reported = now
+        log.error(
+            "cannot accept connections: %s (%d failed accepts since the last report; "
+            "they wait in the listen queue). Raise the open-file limit (ulimit -n).",
+            context.get("exception"),
+            self.failed,
+        )
+        self.failed = 0
+
+
+def guarded_server(config: Any) -> Any:
+    """A `uvicorn.Server` for `config` whose loop logs failing accepts sparingly."""
+    import uvicorn
+
+    class GuardedServer(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            asyncio.get_running_loop().set_exception_handler(_AcceptErrors())
+            await super().startup(sockets)
+
+    return GuardedServer(config)
