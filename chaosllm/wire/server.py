@@ -1083,10 +1083,8 @@ class _Conn(asyncio.Protocol):
         server = self.server
         self.served += 1
         self.server._idle.pop(self, None)
-        timer = self.timer
-        if timer is not None:
-            timer.cancel()
-            self.timer = None
+        # The read timer stays armed: it does nothing while a response is in flight, and
+        # keeping it spares a timer per request under keep-alive load.
         if req.want_continue:
             req.want_continue = False
             self._write_quietly(_CONTINUE)
