@@ -532,12 +532,13 @@ MAX_DEPTH = 128
 refused before anything recursive (validation, redaction, digests, rendering) sees them."""
 
 _FLOAT_MAX = sys.float_info.max
-_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
-"""A surrogate escape (``\\ud800``) or a UTF-8-encoded surrogate (which `json.loads` lets
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_ENCODED_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+"""A surrogate escape (``\\ud800``), or one encoded as UTF-8 (which `json.loads` lets
 through): the only ways a lone surrogate gets into a decoded string."""
-_LONG_DIGITS = re.compile(rb"[0-9]{309}")
-"""309 digits in a row: the shortest integer beyond float range can be written so."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_FLOAT_DIGITS = len(str(int(_FLOAT_MAX)))
+"""Digits of the largest float (309): an integer with more is beyond float range."""
 
 
 def parse_json(raw: bytes) -> Any:
@@ -545,25 +546,24 @@ def parse_json(raw: bytes) -> Any:
     nests deeper than `MAX_DEPTH`, holds a number that is no finite 64-bit float (NaN,
     Infinity, 1e999, an integer too long for one) or a lone UTF-16 surrogate (``\\ud800``,
     which no UTF-8 encoder can write back): nothing that would fail later to digest,
-    render or log. Refusals cost a walk of the value only when the bytes allow them."""
+    render or log. Numbers are checked as they are read; the value is walked only when
+    its bytes allow a refusal (deep nesting, a surrogate)."""
     try:
-        value = json.loads(raw, parse_constant=_non_finite, parse_float=_finite_float)
+        encoding = json.detect_encoding(raw)  # as json.loads: UTF-8, -16 or -32
+        value = _DECODER.decode(raw.decode(encoding, "surrogatepass"))
     except InvalidRequest:
         raise
     except RecursionError:
         raise _too_deep() from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidRequest(BAD_JSON, code="invalid_json") from None
-    except ValueError:  # an integer longer than int() converts (4,300 digits)
-        raise InvalidRequest(
-            f"The request body holds an integer of more than {sys.get_int_max_str_digits()} "
-            "digits, beyond the range of a 64-bit float.",
-            code="invalid_json",
-        ) from None
-    utf8 = raw[:4].count(0) == 0  # json.loads reads UTF-16/32 too (they have NUL bytes)
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
         raise _too_deep()
-    if not utf8 or _SURROGATE_BYTES.search(raw) or _LONG_DIGITS.search(raw):
+    if (
+        encoding != "utf-8"
+        or (b"\\u" in raw and _ESCAPED_SURROGATE.search(raw))
+        or (b"\xed" in raw and _ENCODED_SURROGATE.search(raw))
+    ):
         _check_values(value)
     return value
 
@@ -594,6 +594,22 @@ def _finite_float(literal: str) -> float:
     return number
 
 
+def _float_range_int(literal: str) -> int:
+    digits = len(literal) - literal.startswith("-")
+    if digits >= _FLOAT_DIGITS and (digits > _FLOAT_DIGITS or abs(int(literal)) > _FLOAT_MAX):
+        raise InvalidRequest(
+            f"The request body holds an integer of {digits} digits, beyond the range of a "
+            "64-bit float.",
+            code="invalid_json",
+        )
+    return int(literal)
+
+
+_DECODER = json.JSONDecoder(
+    parse_constant=_non_finite, parse_float=_finite_float, parse_int=_float_range_int
+)
+
+
 def _deeper_than(value: Any, limit: int) -> bool:
     if type(value) is not dict and type(value) is not list:
         return False
@@ -611,8 +627,8 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 
 def _check_values(value: Any) -> None:
-    """`InvalidRequest` naming the first lone surrogate (in a key or a string) or integer
-    beyond float range in `value`, and where it is (``messages[0].content``)."""
+    """`InvalidRequest` naming the first lone surrogate in `value` (in a key or a string),
+    and where it is (``messages[0].content``)."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()
@@ -624,15 +640,6 @@ def _check_values(value: Any) -> None:
                     f"The request body holds a lone UTF-16 surrogate "
                     f"(\\u{ord(found.group()):04x}) at {where or 'the top level'}: a JSON "
                     "string must be valid Unicode (a surrogate escape needs its pair).",
-                    param=where or None,
-                    code="invalid_json",
-                )
-        elif isinstance(item, int) and not isinstance(item, bool):
-            if abs(item) > _FLOAT_MAX:
-                where = _shown(path)
-                raise InvalidRequest(
-                    f"The request body holds an integer of {len(str(item))} digits at "
-                    f"{where or 'the top level'}, beyond the range of a 64-bit float.",
                     param=where or None,
                     code="invalid_json",
                 )
