@@ -251,6 +251,16 @@ def test_a_large_body_sent_at_once_is_read(server: ChaosServer) -> None:
         assert read_response(sock)[0] not in (408, 413)
 
 
+def test_a_head_over_16_kib_is_refused(server: ChaosServer) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 20_000)
+        status, headers, body = read_response(sock)
+        # 431 as the builtin server says; h11 refuses such a head itself (a 400).
+        assert status in (431, 400) and headers["connection"] == "close"
+        assert body["error"]["code"] == "bad_request"
+        assert closed(sock)
+
+
 def test_malformed_http_gets_a_json_envelope(server: ChaosServer) -> None:
     with connect(server) as sock:
         sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")

@@ -12,8 +12,8 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
   for no byte at all); a body that pauses for `HEADER_TIMEOUT_S`, or arrives slower than
   `BODY_MIN_RATE` bytes a second once `BODY_TIMEOUT_S` has passed, gets 408 (or, when
   the response has started, a close). uvicorn's own keep-alive timeout closes idle
-  connections between requests. Errors uvicorn answers on its own (malformed HTTP) are
-  JSON envelopes too.
+  connections between requests. A head over `MAX_HEAD` bytes gets 431. Errors uvicorn
+  answers on its own (malformed HTTP) are JSON envelopes too.
 - **Connections**: the open-file soft limit is raised toward what `MAX_CONNECTIONS`
   needs; beyond the connections it allows, the oldest idle connection (waiting for a
   request, nothing of it received) is closed for a new one.
@@ -66,13 +66,17 @@ MAX_CONNECTIONS = 10_000
 FD_HEADROOM: Final = 256
 """Open files kept for everything but client connections."""
 MAX_HEAD: Final = 16 * 1024
-"""The largest request head h11 buffers (its default; uvicorn's httptools has its own)."""
+"""The largest request head read (431 beyond, as the builtin server; h11's own default)."""
 ACCEPT_LOG_INTERVAL_S = 10.0
 """At most one log line per this many seconds about failing accepts."""
 
 _ACCEPT_FAILED = "socket.accept() out of system resource"
 
-_PHRASES: Final = {400: b"Bad Request", 408: b"Request Timeout"}
+_PHRASES: Final = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+}
 
 
 def _connection_cap() -> int:
@@ -191,6 +195,9 @@ def guarded_protocol(http: str) -> type[asyncio.Protocol]:
                     if self._cl_since is None:
                         self._cl_since = now
                     self._cl_idle().pop(self, None)
+                    if self._cl_bytes > MAX_HEAD and not self.transport.is_closing():
+                        self._cl_end(431, f"Request head too large: the limit is {MAX_HEAD} bytes")
+                        return
             elif size:
                 self._cl_body_bytes += size
                 self._cl_last = now
@@ -237,17 +244,24 @@ def guarded_protocol(http: str) -> type[asyncio.Protocol]:
                 self._cl_schedule()
                 return
             if self._cl_waiting():
-                if self._cl_bytes:
-                    self.transport.write(
-                        _refusal(408, "Timed out reading the request head", "timeout", None)
-                    )
-            elif not self.cycle.response_started:
-                path = self.cycle.scope.get("path")
-                self.transport.write(
-                    _refusal(408, "Timed out reading the request body", "timeout", path)
-                )
-            if self.cycle is not None:
-                self.cycle.disconnected = True  # what the app still sends goes nowhere
+                self._cl_end(408 if self._cl_bytes else None, "Timed out reading the request head")
+            else:
+                self._cl_end(408, "Timed out reading the request body")
+
+        def _cl_end(self, status: int | None, message: str) -> None:
+            """Close the connection, answering `status` first when a response may still be
+            written: none is in flight or done for a request whose body is still coming
+            (the bytes after a complete answer to such a request are its body's rest)."""
+            cycle = self.cycle
+            if status is not None:
+                if cycle is None or (cycle.response_complete and not cycle.more_body):
+                    code = "bad_request" if status == 431 else "timeout"
+                    self.transport.write(_refusal(status, message, code, None))
+                elif not cycle.response_started:
+                    path = cycle.scope.get("path")
+                    self.transport.write(_refusal(status, message, "timeout", path))
+            if cycle is not None:
+                cycle.disconnected = True  # what the app still sends goes nowhere
             self.transport.close()
 
     Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
