@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ __all__ = [
     "parse_timing",
     "proxy_dirs",
     "secrets_from_env",
+    "session_scenario",
 ]
 
 DEFAULT_RECORD_SCENARIO = "recorded"
@@ -139,6 +142,26 @@ class ServerConfig:
     names and addresses and the server's own address (``--allow-host``)."""
     strict: bool = False
     """Refuse (400, as the provider would) a request the oracles find a defect in."""
+    scenario_from_session: bool = False
+    """A session names its scenario (`session_scenario`): what it records goes there, and
+    it replays from there when that scenario is loaded (``--scenario-from-session``)."""
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SCENARIO_MAX = 120
+
+
+def session_scenario(session: str) -> str:
+    """The scenario a session names (``--scenario-from-session``): the session id made a
+    safe directory name: runs of characters other than letters, digits, ``.``, ``_`` and
+    ``-`` become ``-`` (``tests/test_a.py::test_b#1`` is ``tests-test_a.py-test_b-1``), no
+    leading dot, at most 120 characters (a longer one is cut and ends with a hash of the
+    whole id, so that two long ids stay apart)."""
+    name = _UNSAFE.sub("-", session).strip("-").lstrip(".") or "session"
+    if len(name) > _SCENARIO_MAX:
+        tail = hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = name[: _SCENARIO_MAX - 13].rstrip("-.") + "-" + tail
+    return name
 
 
 def secrets_from_env(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -395,20 +395,23 @@ def test_passthrough_redacts_before_keying(tmp_path: Path) -> None:
 
 
 def test_a_fault_on_a_proxied_answer_is_journaled_by_the_engine(tmp_path: Path) -> None:
+    # A fault that transforms the upstream's answer (one that answers alone never asks it:
+    # tests/test_frameworks_defects.py).
     pair = proxy_pair(Mode.PASSTHROUGH, tmp_path)
-    (armed,) = pair.arm({"type": "http_503"})
+    (armed,) = pair.arm({"type": "error_in_200", "message": "boom"})
     body = request_body(NAME, stream=False)
     proxy = pair.proxy(body)
     assert proxy.faultable
     answer = recording(NAME)["response"]["body"]
     upstream = ResponsePlan(status=200, headers=(), pieces=())
     faulted = pair.engine.fault_upstream(proxy, upstream, answer)
-    assert faulted.status == 503
+    assert faulted.status == 200 and b"boom" in faulted.body()
     record = proxy.entry.record
-    assert record.status == 503 and record.fault is not None and record.fault["id"] == armed.id
+    assert record.status == 200 and record.fault is not None and record.fault["id"] == armed.id
+    assert record.ending == "complete"
     assert pair.engine.board.history()[0].request_seq == record.seq
     pair.engine.amend(proxy.entry, error="seen")
-    assert proxy.entry.record.error == "seen" and proxy.entry.record.status == 503
+    assert proxy.entry.record.error == "seen" and proxy.entry.record.status == 200
 
 
 def test_a_fault_that_does_not_match_leaves_the_proxy_streaming(tmp_path: Path) -> None:

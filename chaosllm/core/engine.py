@@ -11,15 +11,21 @@ body, headers) it
    provider's 404 naming the nearest recordings, the canned fallback answer, or the
    upstream in record-missing mode),
 5. reviews the match (`oracle.review`: trace checks, templating, structured outputs),
-6. renders the exchange through its provider and lets the first armed fault that fires
-   transform the plan (`chaosllm.faults`), consuming the recording only when the client
-   still gets the answer,
+6. renders the exchange through its provider (a recording served to the session before
+   gets fresh ids, as a real API mints new ones in every answer; the ids it minted are
+   turned back into the recorded ones when a later request of the session echoes them)
+   and lets the first armed fault that fires transform the plan (`chaosllm.faults`),
+   consuming the recording only when the client still gets the answer,
 
 and returns a `Reply` (the plan to execute, with its journal entry) or, in the proxy
-modes, a `Proxy` (ask the upstream; `fault_upstream` later transforms its answer). The
-engine changes only its own in-memory state (journal, fault board, matcher cursors);
-the HTTP app and the record proxy are thin adapters that read bodies and write
-sockets. The journal is written here and nowhere else.
+modes, a `Proxy` (ask the upstream; `fault_upstream` later transforms its answer). In
+the proxy modes a fault whose answer owes nothing to the upstream's (an error status, an
+empty reply, a reset or garbage before any head: the catalogue's ``answers_alone``) is a
+`Reply` without asking the upstream, and nothing is recorded. The engine changes only
+its own in-memory state (journal, fault board, matcher cursors, the ids it minted); the
+HTTP app and the record proxy are thin adapters that read bodies and write sockets. The
+journal is written here and nowhere else: a status only when a head is sent, and how
+the answer ends the connection (`chaosllm.core.journal.ending_of`).
 """
 
 from __future__ import annotations
@@ -29,25 +35,34 @@ import logging
 import math
 import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chaosllm.config import Mode, OnMiss, ServerConfig
+from chaosllm.config import Mode, OnMiss, ServerConfig, session_scenario
 from chaosllm.core.clock import Clock, SystemClock
-from chaosllm.core.journal import Journal, JournalEntry
+from chaosllm.core.journal import Journal, JournalEntry, ending_of, head_status
 from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
 from chaosllm.errors import InvalidRequest, NoMatch
 from chaosllm.faults import (
     FaultBoard,
     FaultContext,
+    FaultSpec,
     Fired,
     RequestInfo,
     apply_fault,
     fault_applies,
 )
-from chaosllm.model import JSON, Exchange, RecordedRequest, RecordedResponse, ResponsePlan
-from chaosllm.providers.base import ErrorKind, Provider
+from chaosllm.model import (
+    JSON,
+    Exchange,
+    Piece,
+    RecordedRequest,
+    RecordedResponse,
+    ResponsePlan,
+)
+from chaosllm.providers.base import ErrorKind, Provider, swap_strings
 from chaosllm.store.matching import Match, Matcher
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
@@ -55,6 +70,7 @@ from chaosllm.store.redact import Redactor
 __all__ = [
     "BAD_JSON",
     "MAX_DEPTH",
+    "NO_RECORDING",
     "Decision",
     "Engine",
     "ProviderCall",
@@ -72,6 +88,10 @@ BAD_JSON = (
 )
 
 Headers = tuple[tuple[str, str], ...]
+
+NO_RECORDING = "no_recording"
+"""The ``code`` of the error a request no recording answers gets (chaosllm's own: a 404
+that a framework may read as a wrong model name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +137,17 @@ class Proxy:
     faultable: bool
     headers: Headers = ()
     """Headers chaosllm adds to the answer."""
+    drawn: tuple[FaultSpec, ...] = ()
+    """Faults that drew (and lost) their probability for this request before it was
+    forwarded: `fault_upstream` does not draw them again."""
 
 
 Decision = Reply | Proxy
+
+_NO_ANSWER = ResponsePlan(status=200, headers=(), pieces=())
+"""What a fault that answers alone transforms (it keeps nothing of it)."""
+MINTED_PER_SESSION = 4096
+"""How many fresh ids a session's requests are mapped back from (the newest)."""
 
 
 @dataclass(slots=True)
@@ -231,6 +259,7 @@ class Engine:
             order=config.match_order,
             nearest_threshold=config.nearest_threshold,
             max_sessions=config.max_sessions,
+            scenario_from_session=config.scenario_from_session,
         )
         self.journal = Journal(config.journal_size, clock=self.clock)
         self.board = (
@@ -244,7 +273,13 @@ class Engine:
         )
         self.redactor = redactor if redactor is not None else Redactor(config.secrets)
         self._prepared = _PreparedCache()
-        self._headed: dict[tuple[int, Headers], tuple[ResponsePlan, ResponsePlan]] = {}
+        self._headed: dict[
+            tuple[int, Headers],
+            tuple[ResponsePlan, tuple[ResponsePlan, int | None, str, tuple[str, ...]]],
+        ] = {}
+        self._minted: OrderedDict[str | None, OrderedDict[str, str]] = OrderedDict()
+        """Per session (the most recently used last), the fresh ids its answers carried,
+        each mapped to the recorded id it stands for."""
 
     # -- the decision -----------------------------------------------------------------
 
@@ -256,6 +291,12 @@ class Engine:
         mode = self.config.mode
         if mode is Mode.RECORD or mode is Mode.PASSTHROUGH:
             return self._proxy_unparsed(call, record=mode is Mode.RECORD)
+        if self._minted:
+            minted = self._minted.get(call.session)
+            if minted:
+                body = call.provider.recorded_ids(call.body, minted)
+                if body != call.body:
+                    call = replace(call, body=body)
         provider = call.provider
         key = (provider.name, call.body)
         prepared = self._prepared.get(key)
@@ -278,6 +319,7 @@ class Engine:
                     stream=False,
                     digest=None,
                     status=400,
+                    ending="complete",
                     error=exc.message,
                 )
                 return Reply(plan, entry)
@@ -317,17 +359,33 @@ class Engine:
     ) -> Reply:
         provider = request.call.provider
         plan = provider.render(exchange, request.body, timing=self.config.timing)
+        answer = exchange.response.body
+        # Fresh ids only within a session: anonymous requests always get the recording.
+        pieces = None
+        if match is not None and match.serves and request.call.session is not None:
+            pieces, answer = self._fresh_ids(request, exchange, plan, match.serves)
         fired = None
         if len(self.board):
-            plan, fired = self._take_fault(request, plan, exchange.response.body)
+            if pieces is not None:
+                plan, pieces = plan.with_(pieces=pieces), None
+            plan, fired = self._take_fault(request, plan, answer)
         consumed = match is not None and (fired is None or fired.spec.entry.delivers_answer)
         if consumed:
             assert match is not None
             self.matcher.consume(match, request.call.session)
-        entry = self.journal.add(**request.journal_fields(), status=plan.status)
+        extra += (("x-chaosllm-digest", request.digest),)
+        if pieces is None and fired is None:
+            plan, status, ending, estimated = self._headed_plan(plan, extra, request, exchange)
+        else:  # faulted, or fresh ids: a plan of its own, not kept
+            status, ending = head_status(plan), ending_of(plan)
+            estimated = provider.estimated(exchange.response, request.body)
+            headers = plan.headers + extra
+            plan = plan.with_(headers=headers, pieces=pieces if pieces is not None else plan.pieces)
+        if estimated:
+            request.fields["estimated"] = estimated
+        entry = self.journal.add(**request.journal_fields(), status=status, ending=ending)
         if fired is not None:
             fired.request_seq = entry.seq
-        plan = self._with_headers(plan, extra + (("x-chaosllm-digest", request.digest),), fired)
         return Reply(
             plan,
             entry,
@@ -336,18 +394,22 @@ class Engine:
             fired=fired,
         )
 
-    def _with_headers(
-        self, plan: ResponsePlan, extra: Headers, fired: Fired | None
-    ) -> ResponsePlan:
-        """`plan` with chaosllm's headers added; the same rendering with the same headers is
-        built once (a faulted plan is new every time, so it is not kept)."""
-        if fired is not None:
-            return plan.with_(headers=plan.headers + extra)
+    def _headed_plan(
+        self, plan: ResponsePlan, extra: Headers, request: _Request, exchange: Exchange
+    ) -> tuple[ResponsePlan, int | None, str, tuple[str, ...]]:
+        """`plan` with chaosllm's headers added, its journal status and ending, and what of
+        it is estimated: worked out once for the same rendering with the same headers."""
         key = (id(plan), extra)
         kept = self._headed.get(key)
         if kept is not None and kept[0] is plan:
             return kept[1]
-        headed = plan.with_(headers=plan.headers + extra)
+        estimated = request.call.provider.estimated(exchange.response, request.body)
+        headed = (
+            plan.with_(headers=plan.headers + extra),
+            head_status(plan),
+            ending_of(plan),
+            estimated,
+        )
         if len(self._headed) >= 1024:
             del self._headed[next(iter(self._headed))]
         self._headed[key] = (plan, headed)
@@ -358,12 +420,17 @@ class Engine:
         if self.config.mode is Mode.RECORD_MISSING:
             return self._proxy(call, request.body, record=True, miss=True)
         if self.config.on_miss is not OnMiss.FALLBACK:
-            log.warning("miss: %s", exc.explanation)
+            explanation = self._after_a_fault(call.session) + exc.explanation
+            log.warning("miss: %s", explanation)
             plan = provider.render_error(
-                404, exc.explanation, kind=ErrorKind.NO_MATCH, code="no_recording"
+                404, explanation, kind=ErrorKind.NO_MATCH, code=NO_RECORDING
             )
             entry = self.journal.add(
-                **request.journal_fields(), status=404, miss=True, error="no recording"
+                **request.journal_fields(),
+                status=404,
+                ending="complete",
+                miss=True,
+                error="no recording",
             )
             headers = (("x-chaosllm-match", "miss"), ("x-chaosllm-digest", request.digest))
             return Reply(plan.with_(headers=plan.headers + headers), entry)
@@ -386,9 +453,57 @@ class Engine:
             param=refusal.param,
         )
         entry = self.journal.add(
-            **request.journal_fields(), status=refusal.status, error=refusal.error
+            **request.journal_fields(),
+            status=refusal.status,
+            ending="complete",
+            error=refusal.error,
         )
         return Reply(plan.with_(headers=plan.headers + refusal.headers), entry)
+
+    def _after_a_fault(self, session: str | None) -> str:
+        """What a miss says first when the session's previous request was faulted: the
+        likely cause is the client answering the broken response with a new request."""
+        previous = self.journal.last(session)
+        fault = previous.record.fault if previous is not None else None
+        if previous is None or fault is None:
+            return ""
+        broken = previous.record.recording
+        return (
+            f"The previous request of this session (#{previous.seq}) got the fault "
+            f"{fault.get('type')!r} ({fault.get('id')})"
+            + (f" instead of the recording {broken}" if broken else "")
+            + ": this request is probably how the client answers a broken response (a "
+            "retry prompt, the validation error, the tool error), and nobody recorded it. "
+            "Record the flow with the fault armed (--mode record-missing), or let the "
+            "test expect the client to give up.\n"
+        )
+
+    def _fresh_ids(
+        self, request: _Request, exchange: Exchange, plan: ResponsePlan, serves: int
+    ) -> tuple[tuple[Piece, ...] | None, JSON]:
+        """The pieces and answer of a recording served to this session `serves` times
+        before, with fresh ids (seeded by the server seed, the session, the recording and
+        `serves`; None: it has none); the session's later requests that echo them are
+        keyed as recorded."""
+        session = request.call.session
+        key = f"{self.config.seed}:{session!r}:{exchange.name}:{serves}"
+        answer = exchange.response.body
+        pieces, fresh = request.call.provider.fresh_ids(plan, answer, key)
+        if not fresh:
+            return None, answer
+        kept = self._minted.get(session)
+        if kept is None:
+            kept = self._minted[session] = OrderedDict()
+            if len(self._minted) > self.config.max_sessions:
+                self._minted.popitem(last=False)
+        else:
+            self._minted.move_to_end(session)
+        for old, new in fresh.items():
+            kept[new] = old
+        while len(kept) > MINTED_PER_SESSION:
+            kept.popitem(last=False)
+        # The answer a fault sees, with the same ids (only a fault needs it).
+        return pieces, swap_strings(answer, fresh) if len(self.board) else answer
 
     def _prepare(self, provider: Provider, raw: bytes) -> _Prepared:
         """Parse, validate and redact a request body, and what follows from it alone: its
@@ -409,10 +524,15 @@ class Engine:
     # -- faults -----------------------------------------------------------------------
 
     def _take_fault(
-        self, request: _Request, plan: ResponsePlan, answer: JSON
+        self,
+        request: _Request,
+        plan: ResponsePlan,
+        answer: JSON,
+        only: Callable[[FaultSpec], bool] | None = None,
     ) -> tuple[ResponsePlan, Fired | None]:
         """The plan after the fault that fires on this request (if any), consumed from the
-        board; the same for a replayed answer and a live upstream one."""
+        board; the same for a replayed answer and a live upstream one. `only`: which of
+        the armed faults may (asked in FIFO order, before each one's draw)."""
         provider, body, digest = request.call.provider, request.body, request.digest
         path, timing = request.call.path, self.config.timing
 
@@ -422,7 +542,10 @@ class Engine:
 
         ctx = FaultContext(provider=provider, stream=request.stream, answer=answer, render=render)
 
-        fired = self.board.take(request.info, lambda spec: fault_applies(spec, provider, answer))
+        def applies(spec: FaultSpec) -> bool:
+            return (only is None or only(spec)) and fault_applies(spec, provider, answer)
+
+        fired = self.board.take(request.info, applies)
         if fired is None:
             return plan, None
         faulted = apply_fault(fired.spec, plan, ctx)
@@ -445,10 +568,20 @@ class Engine:
             proxy.call.provider.wants_stream(proxy.body),
             proxy.body.get("model"),
         )
-        faulted, fired = self._take_fault(request, plan, answer)
+        drawn = proxy.drawn
+
+        def undrawn(spec: FaultSpec) -> bool:
+            return not any(spec is d for d in drawn)
+
+        faulted, fired = self._take_fault(request, plan, answer, undrawn if drawn else None)
         if fired is not None:
             fired.request_seq = proxy.entry.seq
-            self.journal.amend(proxy.entry, fault=request.fields["fault"], status=faulted.status)
+            self.journal.amend(
+                proxy.entry,
+                fault=request.fields["fault"],
+                status=head_status(faulted),
+                ending=ending_of(faulted),
+            )
         return faulted
 
     def amend(self, entry: JournalEntry, **changes: Any) -> None:
@@ -457,7 +590,7 @@ class Engine:
 
     # -- the proxy modes --------------------------------------------------------------
 
-    def _proxy_unparsed(self, call: ProviderCall, *, record: bool) -> Proxy:
+    def _proxy_unparsed(self, call: ProviderCall, *, record: bool) -> Decision:
         # The upstream is the judge of the request: it is forwarded as it is, and only
         # recorded (and faulted) when it is a JSON object that can be keyed.
         try:
@@ -467,7 +600,7 @@ class Engine:
         body = self.redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
         return self._proxy(call, body, record=record, miss=False)
 
-    def _proxy(self, call: ProviderCall, body: JSON, *, record: bool, miss: bool) -> Proxy:
+    def _proxy(self, call: ProviderCall, body: JSON, *, record: bool, miss: bool) -> Decision:
         provider = call.provider
         problem = None
         if body is None:
@@ -476,6 +609,19 @@ class Engine:
         stream = provider.wants_stream(body)
         model = body.get("model") if body is not None else None
         model = model if isinstance(model, str) else None
+        info = RequestInfo(path=call.path, model=model, session=call.session, stream=stream)
+        headers: Headers = (("x-chaosllm-match", "upstream"),)
+        if digest is not None:
+            headers += (("x-chaosllm-digest", digest),)
+        faultable = body is not None and len(self.board) > 0 and self.board.may_fire(info)
+        drawn: tuple[FaultSpec, ...] = ()
+        if faultable:
+            assert digest is not None
+            request = _Request(call, body, digest, stream, model)
+            request.fields.update(match="upstream", miss=miss)
+            reply, drawn, faultable = self._answer_alone(request, headers)
+            if reply is not None:
+                return reply
         entry = self.journal.add(
             session=call.session,
             method=call.method,
@@ -488,11 +634,6 @@ class Engine:
             error=problem,
             status=0,
         )
-        info = RequestInfo(path=call.path, model=model, session=call.session, stream=stream)
-        faultable = body is not None and len(self.board) > 0 and self.board.may_fire(info)
-        headers: Headers = (("x-chaosllm-match", "upstream"),)
-        if digest is not None:
-            headers += (("x-chaosllm-digest", digest),)
         return Proxy(
             call,
             body,
@@ -501,14 +642,51 @@ class Engine:
             record=record and body is not None,
             faultable=faultable,
             headers=headers,
+            drawn=drawn,
         )
+
+    def _answer_alone(
+        self, request: _Request, headers: Headers
+    ) -> tuple[Reply | None, tuple[FaultSpec, ...], bool]:
+        """Before a proxied request is forwarded: the `Reply` of a fault that answers it
+        without the upstream's answer (the first armed one that fires, as long as no fault
+        armed before it needs that answer), else the faults that drew their probability
+        and lost (not to be drawn again on the answer), and whether one armed later may
+        still fire on the answer."""
+        stream = request.stream
+        drawn: list[FaultSpec] = []
+        waiting = False
+
+        def alone(spec: FaultSpec) -> bool:
+            nonlocal waiting
+            if waiting:
+                return False
+            if spec.entry.answers_alone(spec, stream):
+                drawn.append(spec)
+                return True
+            waiting = True  # this one needs the answer: it and those after it wait for it
+            return False
+
+        plan, fired = self._take_fault(request, _NO_ANSWER, None, alone)
+        if fired is None:
+            return None, tuple(drawn), waiting
+        entry = self.journal.add(
+            **request.journal_fields(), status=head_status(plan), ending=ending_of(plan)
+        )
+        fired.request_seq = entry.seq
+        return Reply(plan.with_(headers=plan.headers + headers), entry, fired=fired), (), False
 
     # -- recordings and state ---------------------------------------------------------
 
     def recording_scenario(self, session: str | None) -> str:
         """Where a new recording made for `session` goes: its active scenario, else the
-        configured one."""
-        return self.matcher.active_scenario(session) or self.config.record_scenario
+        scenario it names (``--scenario-from-session``), else the configured one."""
+        active = self.matcher.active_scenario(session)
+        if active is not None:
+            return active
+        if self.config.scenario_from_session and session is not None:
+            return session_scenario(session)
+        return self.config.record_scenario
 
     def learn(self, exchange: Exchange) -> None:
         """Serve a newly recorded exchange from now on."""
@@ -525,6 +703,7 @@ class Engine:
         self.board.reset()
         self.journal.clear()
         self.matcher.reset()
+        self._minted.clear()
 
 
 MAX_DEPTH = 128

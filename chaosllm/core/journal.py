@@ -19,8 +19,33 @@ from typing import Any
 
 from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.report import PlanReport
+from chaosllm.model import Ending, Framing, ResponsePlan
 
-__all__ = ["Journal", "JournalEntry", "JournalRecord"]
+__all__ = ["Journal", "JournalEntry", "JournalRecord", "ending_of", "head_status"]
+
+
+def head_status(plan: ResponsePlan) -> int | None:
+    """The status the client sees: None when no HTTP head is sent at all."""
+    return plan.status if plan.send_head else None
+
+
+def ending_of(plan: ResponsePlan) -> str:
+    """How a plan ends the connection, as the journal's ``ending`` names it:
+    ``complete`` (a whole HTTP message), ``closed`` (FIN before the message was complete,
+    or after bytes that are not HTTP), ``reset`` (RST), ``stalled`` (silence, then FIN),
+    ``empty`` (closed without a single byte)."""
+    ending = plan.ending
+    if ending is Ending.RESET:
+        return "reset"
+    if ending is Ending.STALL:
+        return "stalled"
+    if not plan.send_head:
+        return "closed" if plan.pieces else "empty"
+    if ending is Ending.CLOSE and (
+        plan.framing is Framing.CHUNKED or plan.body_length < plan.declared_length
+    ):
+        return "closed"
+    return "complete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +61,9 @@ class JournalRecord:
     model: str | None
     stream: bool
     digest: str | None
-    status: int
-    """The status of the answer's head; 0 while a proxied answer is awaited."""
+    status: int | None
+    """The status of the answer's head; None when no head was sent (an empty reply, a
+    reset before any byte, garbage); 0 while a proxied answer is awaited."""
     recording: str | None = None
     match: str | None = None
     score: float | None = None
@@ -47,6 +73,11 @@ class JournalRecord:
     findings: tuple[Mapping[str, Any], ...] = ()
     """What the oracles found about this request (`chaosllm.core.oracle`): request-validator
     defects, trace hint mismatches and changed tool results, schema mismatches."""
+    ending: str | None = None
+    """How the answer ends the connection (`ending_of`); None while a proxied answer is
+    awaited."""
+    estimated: tuple[str, ...] = ()
+    """Fields of the answer the recording lacked and chaosllm estimated (``usage``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +91,7 @@ class JournalRecord:
             "stream": self.stream,
             "digest": self.digest,
             "status": self.status,
+            "ending": self.ending,
             "recording": self.recording,
             "match": self.match,
             "score": self.score,
@@ -67,6 +99,7 @@ class JournalRecord:
             "error": self.error,
             "fault": dict(self.fault) if self.fault is not None else None,
             "findings": [dict(f) for f in self.findings],
+            "estimated": list(self.estimated),
         }
 
 
@@ -88,7 +121,7 @@ class JournalEntry:
         return self.record.session
 
     @property
-    def status(self) -> int:
+    def status(self) -> int | None:
         return self.record.status
 
     @property
@@ -158,6 +191,16 @@ class Journal:
                 if not entry.report.wait(max(0.0, deadline - time.monotonic())):
                     break
         return found
+
+    def last(self, session: str | None, *, within: int = 256) -> JournalEntry | None:
+        """The newest entry of `session` among the newest `within` entries, if any."""
+        with self._lock:
+            for i, entry in enumerate(reversed(self._entries)):
+                if i >= within:
+                    break
+                if entry.record.session == session:
+                    return entry
+        return None
 
     def clear(self, session: str | None = None) -> int:
         """Forget every entry (numbering restarts), or only one session's; how many."""

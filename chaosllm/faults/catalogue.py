@@ -70,6 +70,27 @@ class Param:
 
 Transform = Callable[[ResponsePlan, "FaultSpec", "FaultContext"], ResponsePlan]
 Applies = Callable[[Provider, JSON], bool]
+Alone = Callable[["FaultSpec", bool], bool]
+"""Whether a fault's answer to a request (streaming or not) owes nothing to the answer it
+replaces (see `FaultType.answers_alone`)."""
+
+
+def _never(spec: FaultSpec, stream: bool) -> bool:
+    return False
+
+
+def _always(spec: FaultSpec, stream: bool) -> bool:
+    return True
+
+
+def _before_any_byte(spec: FaultSpec, stream: bool) -> bool:
+    """A non-streaming request reset with ``after_bytes: 0``: no head, no byte."""
+    return not stream and spec.param("after_bytes") == 0
+
+
+def _before_a_head(spec: FaultSpec, stream: bool) -> bool:
+    """Garbage instead of an answer (a streaming request gets it after the head)."""
+    return not stream
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +110,11 @@ class FaultType:
     silence_param: str | None = None
     """The parameter bounding how long the client is left with nothing arriving: a
     probe sets it beyond its time limit, so that a client without a timeout hangs."""
+    answers_alone: Alone = _never
+    """Whether its answer to a request (``(spec, stream)``) owes nothing to the answer
+    it replaces: no status, header, frame or byte of it (an error status, a reset or
+    garbage before any head, an empty reply). The proxy modes then answer it without
+    asking the upstream, and nothing is recorded."""
 
 
 def _chunks(default: int) -> Param:
@@ -143,6 +169,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="503 with the provider's error envelope",
         params={"retry_after": _retry(None, Draw.RETRY_AFTER), "message": _MESSAGE},
         transform=t.http_503,
+        answers_alone=_always,
         simplicity=0,
     ),
     FaultType(
@@ -157,6 +184,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="429 rate limit with Retry-After",
         params={"retry_after": _retry(1.0, Draw.RETRY_AFTER), "message": _MESSAGE},
         transform=t.http_429,
+        answers_alone=_always,
         simplicity=1,
     ),
     FaultType(
@@ -168,6 +196,7 @@ CATALOGUE: tuple[FaultType, ...] = (
             "message": _MESSAGE,
         },
         transform=t.http_error,
+        answers_alone=_always,
         simplicity=2,
     ),
     FaultType(
@@ -184,12 +213,14 @@ CATALOGUE: tuple[FaultType, ...] = (
             ),
         },
         transform=t.connection_reset,
+        answers_alone=_before_any_byte,
         simplicity=4,
     ),
     FaultType(
         name="empty_reply",
         summary="the connection is closed with no bytes at all",
         transform=t.empty_reply,
+        answers_alone=_always,
         simplicity=3,
     ),
     FaultType(
@@ -249,6 +280,7 @@ CATALOGUE: tuple[FaultType, ...] = (
             "data": Param(str, None, "the garbage to send (default: binary noise)"),
         },
         transform=t.garbage,
+        answers_alone=_before_a_head,
         simplicity=10,
     ),
 )

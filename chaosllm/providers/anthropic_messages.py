@@ -116,6 +116,7 @@ class AnthropicMessages(Provider):
     client_header = "anthropic-version"
     arguments_key = "input"
     finishing_events = frozenset({"message_delta", "message_stop", "error"})
+    minted_prefixes = ("msg_", "toolu_", "srvtoolu_")
 
     # -- requests ---------------------------------------------------------------
 
@@ -234,9 +235,13 @@ class AnthropicMessages(Provider):
     def envelope(
         self, status: int, message: str, kind: str | None, code: str | None, param: str | None
     ) -> dict[str, Any]:
-        """``{"type": "error", "error": {"type", "message"}}`` (no code, no param)."""
+        """``{"type": "error", "error": {"type", "message"}}`` (no code, no param; a miss,
+        chaosllm's own, also says its ``code``, so that it cannot pass for a wrong model)."""
         type_ = _KIND_TYPES.get(kind or "") or _error_type(status)
-        return {"type": "error", "error": {"type": type_, "message": message}}
+        error = {"type": type_, "message": message}
+        if kind == ErrorKind.NO_MATCH and code is not None:
+            error["code"] = code
+        return {"type": "error", "error": error}
 
     def models_body(self, model_ids: Sequence[str]) -> JSON:
         """Anthropic's own list shape (what its SDK's ``models.list`` reads)."""

@@ -13,16 +13,21 @@ them.
 - the digest and the text nearest matching compares, both derived from the
   provider's `canonical` request;
 - rendering: a recorded answer is served as JSON, as its recorded frames
-  (gaps scaled by ``timing``), or as frames rendered from its body
-  (`stream_frames`, with the request's `stream_variant` options); which of
-  these is the `Variant`;
+  (gaps scaled by ``timing``, adapted to the request's `stream_variant` options
+  by `recorded_frames`), or as frames rendered from its body (`stream_frames`,
+  with those options); which of these is the `Variant`. What a recording lacks
+  that the real API always sends is filled in by `served_answer` (and named by
+  `estimated`, for the journal);
 - the render cache: serialising the same answer on every request was the
   largest cost of a replay, so each provider keeps its renderings in a
   bounded `RenderCache`, per recorded response (by identity) and variant (an
   exchange is immutable; an adapted exchange has a new response, hence
   renderings of its own);
 - the error plan built from the provider's `error_body`, the model list, and
-  which frames of a stream finish the answer (`finishing_events`).
+  which frames of a stream finish the answer (`finishing_events`);
+- fresh ids (`fresh_ids`): a real API mints new ids (`minted_prefixes`) in every
+  answer, so a recording served again to a session gets new ones, derived from a
+  key, the same everywhere in the answer (JSON body or frames).
 
 A protocol subclass supplies what differs: validation, the canonical request,
 its answer shape, its stream events, its error envelope, its conversation
@@ -39,10 +44,19 @@ import json
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Final
 
-from chaosllm.model import JSON, Exchange, Framing, Piece, RecordedResponse, ResponsePlan
+from chaosllm.model import (
+    JSON,
+    Exchange,
+    Framing,
+    Piece,
+    RecordedChunk,
+    RecordedResponse,
+    ResponsePlan,
+)
 from chaosllm.providers import sse
 from chaosllm.providers.conversation import ConversationChecks, Finding
 
@@ -54,6 +68,7 @@ __all__ = [
     "canonical_json",
     "cut_json",
     "sha256_digest",
+    "swap_strings",
     "text_pieces",
     "type_name",
 ]
@@ -115,9 +130,10 @@ class ErrorKind:
 RENDER_CACHE_RESPONSES: Final = 4096
 RENDER_CACHE_BYTES: Final = 64 * 1024 * 1024
 
-Variant = str | float
+Variant = str | tuple[float, str]
 """Which rendering of a recorded response: ``"json"``, a stream rendered from the body
-(`Provider.stream_variant`'s key), or recorded frames at a timing (the float)."""
+(`Provider.stream_variant`'s key), or recorded frames at a timing for those options
+(the timing and that key)."""
 JSON_VARIANT: Final = "json"
 SSE_VARIANT: Final[tuple[str, Mapping[str, Any]]] = ("sse", MappingProxyType({}))
 """A stream rendered from the body with no request options (`Provider.stream_variant`)."""
@@ -196,10 +212,20 @@ class Provider(abc.ABC):
     """The canonical request's field holding the conversation, turn by turn."""
     finishing_events: ClassVar[frozenset[str]] = frozenset()
     """Stream event types that finish an answer (see `answer_frame_count`)."""
+    minted_prefixes: ClassVar[tuple[str, ...]] = ()
+    """Prefixes of the ids the API mints in every answer (``chatcmpl-``, ``call_``...):
+    the values of an answer's ``id`` and ``call_id`` keys that start with one are what
+    `fresh_ids` replaces."""
 
     def __init__(self) -> None:
         self.renders = RenderCache()
         self._slots = self.renders.slots
+        prefixes = b"|".join(re.escape(p.encode("ascii")) for p in self.minted_prefixes)
+        self._minted_pattern = (
+            re.compile(b'"((?:' + prefixes + b')[A-Za-z0-9_-]+)"') if prefixes else None
+        )
+        self._id_templates: dict[int, _IdTemplate] = {}
+        self._id_lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------
 
@@ -230,6 +256,12 @@ class Provider(abc.ABC):
 
     def wants_stream(self, body: JSON) -> bool:
         return bool(isinstance(body, dict) and body.get("stream") is True)
+
+    def thread(self, body: JSON) -> Any:
+        """The server-side conversation a request continues (None: it carries its whole
+        conversation). Part of `canonical`; nearest matching, which normalises ids away,
+        never pairs requests of different threads."""
+        return None
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """What of the request shapes a stream rendered from a body: a cache key naming it
@@ -265,6 +297,25 @@ class Provider(abc.ABC):
         """The body a non-stream request gets for a recorded body (itself by default)."""
         return body
 
+    def served_answer(self, answer: JSON, request: JSON) -> JSON:
+        """A recorded answer as the API would send it, for the recorded `request`: what a
+        recording lacks that every real answer has is filled in (estimated; `estimated`
+        names it). Itself by default."""
+        return answer
+
+    def estimated(self, response: RecordedResponse, body: JSON) -> tuple[str, ...]:
+        """The fields of `response` that `render` estimates for request `body` (the
+        journal's ``estimated``); none by default."""
+        return ()
+
+    def recorded_frames(
+        self, response: RecordedResponse, options: Mapping[str, Any], request: JSON
+    ) -> Sequence[RecordedChunk]:
+        """The recorded frames a stream request with `options` (`stream_variant`) gets:
+        all of them, by default."""
+        assert response.chunks is not None
+        return response.chunks
+
     def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
         """The plan answering request `body` with `exchange`; `timing` scales recorded gaps
         (0 = as fast as possible, 1 = as recorded)."""
@@ -279,7 +330,8 @@ class Provider(abc.ABC):
             # A JSON answer (or a recorded error answer, whatever was asked).
             variant = JSON_VARIANT
         elif response.chunks is not None:
-            variant = float(timing)
+            key, options = self.stream_variant(body)
+            variant = (float(timing), key)
         else:
             variant, options = self.stream_variant(body)
         # RenderCache.get, inline: this is every replayed request's path.
@@ -288,7 +340,7 @@ class Provider(abc.ABC):
             plan = slot[1].get(variant)
             if plan is not None:
                 return plan
-        plan = self._render(response, variant, options, timing)
+        plan = self._render(response, variant, options, timing, exchange.request.body)
         self.renders.put(response, variant, plan)
         return plan
 
@@ -298,22 +350,26 @@ class Provider(abc.ABC):
         variant: Variant,
         options: Mapping[str, Any],
         timing: float,
+        request: JSON,
     ) -> ResponsePlan:
         headers = tuple(response.headers)
         if variant == JSON_VARIANT:
-            data = json.dumps(self.json_answer(response.body), ensure_ascii=False)
+            answer = response.body
+            if response.status < 400:
+                answer = self.served_answer(answer, request)
+            data = json.dumps(self.json_answer(answer), ensure_ascii=False)
             return ResponsePlan(
                 status=response.status,
                 headers=JSON_HEADERS + headers,
                 pieces=(Piece(data.encode("utf-8"), frame=False),),
             )
-        if isinstance(variant, float):
-            assert response.chunks is not None
+        if isinstance(variant, tuple):
             pieces = tuple(
-                Piece(c.data.encode("utf-8"), c.delay_ms * timing) for c in response.chunks
+                Piece(c.data.encode("utf-8"), c.delay_ms * timing)
+                for c in self.recorded_frames(response, options, request)
             )
         else:
-            frames = self.stream_frames(response.body, **options)
+            frames = self.stream_frames(self.served_answer(response.body, request), **options)
             pieces = tuple(Piece(f.encode("utf-8")) for f in frames)
         return ResponsePlan(
             status=response.status,
@@ -425,3 +481,172 @@ class Provider(abc.ABC):
             text = value if isinstance(value, str) else json.dumps(value) if value else ""
             call[self.arguments_key] = cut_json(text)
         return broken if calls else None
+
+    # -- fresh ids --------------------------------------------------------------------
+
+    def minted_ids(self, answer: JSON) -> list[str]:
+        """The ids the API minted in an answer (values of its ``id`` and ``call_id`` keys
+        that start with one of `minted_prefixes`), in order of first appearance."""
+        prefixes = self.minted_prefixes
+        found: dict[str, None] = {}
+        stack = [answer]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    if isinstance(value, str):
+                        if key in _ID_KEYS and value.startswith(prefixes) and _ID.match(value):
+                            found.setdefault(value, None)
+                    elif isinstance(value, (dict, list)):
+                        stack.append(value)
+            elif isinstance(item, list):
+                stack.extend(reversed(item))
+        return list(found)
+
+    def fresh_ids(
+        self, plan: ResponsePlan, answer: JSON, key: str
+    ) -> tuple[tuple[Piece, ...], dict[str, str]]:
+        """The pieces of `plan` (rendered from `answer`) with every id the API minted in
+        `answer` replaced by a fresh one: the same prefix, length and alphabet, derived
+        from `key` and the id (the same key gives the same ids), the same everywhere in
+        the body or the frames; and the mapping of the recorded ids to the fresh ones
+        (empty: nothing to replace, the pieces are the plan's). Where the ids sit in a
+        plan is worked out once per plan."""
+        template = self._id_template(plan, answer)
+        if not template.ids:
+            return plan.pieces, {}
+        seed = key.encode("utf-8", "surrogatepass") + b"\x00"
+        fresh = [spec.fresh(seed) for spec in template.ids]
+        pieces = tuple(
+            piece
+            if len(segments) == 1
+            else Piece(
+                b"".join([fresh[s] if type(s) is int else s for s in segments]),  # type: ignore[misc]
+                piece.delay_ms,
+                piece.frame,
+            )
+            for piece, segments in zip(plan.pieces, template.pieces, strict=True)
+        )
+        return pieces, {
+            spec.old: new.decode("ascii") for spec, new in zip(template.ids, fresh, strict=True)
+        }
+
+    def _id_template(self, plan: ResponsePlan, answer: JSON) -> _IdTemplate:
+        templates = self._id_templates
+        kept = templates.get(id(plan))
+        if kept is not None and kept.plan is plan:
+            return kept
+        ids = self.minted_ids(answer) if self.minted_prefixes else []
+        pieces: tuple[tuple[bytes | int, ...], ...] = ()
+        if ids:
+            index = {old.encode("ascii"): i for i, old in enumerate(ids)}
+            alternatives = b"|".join(re.escape(old) for old in sorted(index, key=len, reverse=True))
+            pattern = re.compile(b'(?<=")(' + alternatives + b')(?=")')
+            pieces = tuple(
+                tuple(
+                    index[part] if i % 2 else part
+                    for i, part in enumerate(pattern.split(piece.data))
+                )
+                for piece in plan.pieces
+            )
+        template = _IdTemplate(
+            plan,
+            tuple(_IdSpec.of(old, self.minted_prefixes) for old in ids),
+            pieces,
+        )
+        with self._id_lock:
+            if len(templates) >= _ID_TEMPLATES:
+                templates.pop(next(iter(templates)), None)
+            templates[id(plan)] = template
+        return template
+
+    def recorded_ids(self, raw: bytes, minted: Mapping[str, str]) -> bytes:
+        """A request body with the fresh ids of `minted` (fresh -> recorded) that it
+        echoes (a tool call's id, a ``previous_response_id``) turned back into the
+        recorded ones, so that it keys like the recorded request."""
+        pattern = self._minted_pattern
+        if pattern is None or pattern.search(raw) is None:
+            return raw
+
+        def replace(found: re.Match[bytes]) -> bytes:
+            old = minted.get(found.group(1).decode("ascii"))
+            return b'"' + old.encode("ascii") + b'"' if old is not None else found.group(0)
+
+        return pattern.sub(replace, raw)
+
+
+@dataclass(frozen=True, slots=True)
+class _IdTemplate:
+    """Where the minted ids sit in a plan: each piece cut at them (an int is the index of
+    an id in `ids`, bytes are kept as they are)."""
+
+    plan: ResponsePlan
+    ids: tuple[_IdSpec, ...]
+    pieces: tuple[tuple[bytes | int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _IdSpec:
+    """A recorded id, and how a fresh one for it is drawn: its prefix kept, its tail's
+    characters drawn from a hash by `table` (its tail's alphabet: hex, lower case and
+    digits, or letters and digits), any ``_`` or ``-`` of its tail kept in place."""
+
+    old: str
+    prefix: bytes
+    tail: str
+    table: bytes
+    separators: frozenset[str]
+    salt: bytes
+
+    @classmethod
+    def of(cls, old: str, prefixes: tuple[str, ...]) -> _IdSpec:
+        prefix = max((p for p in prefixes if old.startswith(p)), key=len)
+        tail = old[len(prefix) :]
+        chars = set(tail)
+        separators = frozenset(chars & {"_", "-"})
+        chars -= separators
+        table = next((_TABLES[a] for a in _ALPHABETS if chars <= a), _TABLES[_ALPHABETS[-1]])
+        salt = old.encode("ascii") + b"\x00"
+        return cls(old, prefix.encode("ascii"), tail, table, separators, salt)
+
+    def fresh(self, seed: bytes) -> bytes:
+        """The fresh id for a key (`seed`: the key's bytes and a NUL)."""
+        size = len(self.tail)
+        stream = hashlib.blake2b(seed + self.salt).digest()
+        counter = 1
+        while len(stream) < size:
+            stream += hashlib.blake2b(seed + self.salt + b"%d" % counter).digest()
+            counter += 1
+        drawn = stream[:size].translate(self.table)
+        if self.separators:
+            drawn = bytes(
+                ord(c) if c in self.separators else d for c, d in zip(self.tail, drawn, strict=True)
+            )
+        return self.prefix + drawn
+
+
+_ID_TEMPLATES = 1024
+_ID_KEYS = frozenset({"id", "call_id"})
+_ID = re.compile(r"[A-Za-z]+[-_][A-Za-z0-9_-]+\Z")
+_ALPHABETS = (
+    frozenset("0123456789abcdef"),
+    frozenset("abcdefghijklmnopqrstuvwxyz0123456789"),
+    frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"),
+)
+_TABLES = {
+    alphabet: bytes(sorted(alphabet)[i % len(alphabet)].encode("ascii")[0] for i in range(256))
+    for alphabet in _ALPHABETS
+}
+"""Per alphabet, a byte -> character table (`bytes.translate` maps hash bytes with it)."""
+
+
+def swap_strings(value: JSON, swap: Mapping[str, str]) -> JSON:
+    """`value` with every string that is a key of `swap` replaced by its value (an answer
+    with the fresh ids `Provider.fresh_ids` gave its plan)."""
+    if isinstance(value, str):
+        return swap.get(value, value)
+    if isinstance(value, dict):
+        return {k: swap_strings(v, swap) for k, v in value.items()}
+    if isinstance(value, list):
+        return [swap_strings(v, swap) for v in value]
+    return value

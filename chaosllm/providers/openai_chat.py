@@ -8,26 +8,36 @@ response_format) and nothing of transport or sampling, so a streamed and a
 non-streamed request hit the same recording.
 
 A recording made from a stream keeps its exact frames: a stream request
-replays them verbatim (their bytes, their recorded gaps scaled by `timing`).
-Otherwise frames are rendered from the assembled body the way the API streams
-them: a role delta, reasoning deltas, content (or refusal) deltas of a few
-words each, tool calls (one delta with index, id, type and name, then argument
-fragments), the finish chunk, the usage chunk when
-``stream_options.include_usage`` is set, and ``data: [DONE]``.
-A non-stream request gets the assembled body as JSON, whichever way it was
-recorded.
+replays them verbatim (their bytes, their recorded gaps scaled by `timing`),
+except for the usage chunk, which the API sends if and only if
+``stream_options.include_usage`` asks for it: a recorded one is dropped when
+the request does not ask, and one is rendered from the answer's usage (before
+``[DONE]``) when it asks and the recording has none. Otherwise frames are
+rendered from the assembled body the way the API streams them: a role delta,
+reasoning deltas, content (or refusal) deltas of a few words each, tool calls
+(one delta with index, id, type and name, then argument fragments), the finish
+chunk, the usage chunk when ``stream_options.include_usage`` is set, and
+``data: [DONE]``. A non-stream request gets the assembled body as JSON,
+whichever way it was recorded.
+
+A stream recorded without ``include_usage`` has no usage: what is served from it
+(a JSON answer, a usage chunk) gets an estimate (about four characters a token,
+of the recorded request's messages and of the answer), and its messages the
+``refusal: null`` every real answer has; the journal says ``estimated:
+["usage"]``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from chaosllm.model import JSON
-from chaosllm.providers.base import text_pieces
+from chaosllm.model import JSON, RecordedChunk, RecordedResponse
+from chaosllm.providers.base import canonical_json, text_pieces
 from chaosllm.providers.conversation import CHAT_CHECKS
 from chaosllm.providers.openai_common import (
     OpenAIProvider,
@@ -65,10 +75,46 @@ _WITH_USAGE: tuple[str, Mapping[str, Any]] = (
 )
 _WITHOUT_USAGE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"include_usage": False}))
 
+_USAGE = ("usage",)
+_CHUNK_BASE = ("id", "object", "created", "model", "service_tier", "system_fingerprint")
+
 sse_frame = data_frame
 """One ``data:`` frame (`chaosllm.providers.sse.data_frame`)."""
 iter_frame_payloads = iter_data
 """The data of each event in some frames (`chaosllm.providers.sse.iter_data`)."""
+
+
+def _asks_usage(body: JSON) -> bool:
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _is_done(frame: str) -> bool:
+    return any(data.strip() == DONE for data in iter_data([frame]))
+
+
+def _tokens(characters: int) -> int:
+    """About four characters a token (the rule of thumb of OpenAI's tokenizer docs)."""
+    return math.ceil(characters / 4)
+
+
+def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
+    """The usage chunk a frame is (``choices: []`` and a usage), else None; with `base`,
+    the fields every chunk of a frame starts with (id, object, created, model...)."""
+    for data in iter_data([frame]):
+        if data.strip() == DONE:
+            continue
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        if base:
+            return {k: chunk[k] for k in _CHUNK_BASE if k in chunk}
+        if chunk.get("choices") == [] and chunk.get("usage") is not None:
+            return chunk
+    return None
 
 
 class OpenAIChat(OpenAIProvider):
@@ -77,6 +123,7 @@ class OpenAIChat(OpenAIProvider):
     name = "openai.chat"
     paths = ("/v1/chat/completions", "/chat/completions")
     conversation = CHAT_CHECKS
+    minted_prefixes = ("chatcmpl-", "call_")
 
     # -- requests ---------------------------------------------------------------
 
@@ -121,10 +168,72 @@ class OpenAIChat(OpenAIProvider):
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""
-        options = body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage") is True:
-            return _WITH_USAGE
-        return _WITHOUT_USAGE
+        return _WITH_USAGE if _asks_usage(body) else _WITHOUT_USAGE
+
+    def recorded_frames(
+        self, response: RecordedResponse, options: Mapping[str, Any], request: JSON
+    ) -> Sequence[RecordedChunk]:
+        """The recorded frames, with the usage chunk if and only if it is asked for: a
+        recorded one is dropped when not, one rendered from the answer's usage is added
+        before ``[DONE]`` when asked and none was recorded."""
+        chunks = response.chunks
+        assert chunks is not None
+        at = next((i for i, c in enumerate(chunks) if _usage_chunk(c.data) is not None), None)
+        wanted = bool(options.get("include_usage"))
+        if wanted == (at is not None):
+            return chunks
+        if at is not None:
+            return chunks[:at] + chunks[at + 1 :]
+        first = next((b for c in chunks if (b := _usage_chunk(c.data, base=True))), None)
+        answer = self.served_answer(response.body, request)
+        payload = {**(first or {}), "choices": [], "usage": answer.get("usage")}
+        end = next((i for i, c in enumerate(chunks) if _is_done(c.data)), len(chunks))
+        return (*chunks[:end], RecordedChunk(data_frame(payload)), *chunks[end:])
+
+    def served_answer(self, answer: JSON, request: JSON) -> JSON:
+        """An answer without usage (a stream recorded without ``include_usage``) gets an
+        estimated one, and its messages the ``refusal: null`` every real answer has."""
+        if not isinstance(answer, dict) or answer.get("usage") is not None:
+            return answer
+        if "choices" not in answer:
+            return answer
+        served = copy.deepcopy(answer)
+        written = 0
+        for choice in served.get("choices") or []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict):
+                continue
+            message.setdefault("refusal", None)
+            for key in ("content", "refusal", *REASONING_KEYS):
+                if isinstance(message.get(key), str):
+                    written += len(message[key])
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    written += len(str(function.get("name") or ""))
+                    written += len(str(function.get("arguments") or ""))
+        messages = request.get("messages") if isinstance(request, dict) else None
+        prompt = _tokens(len(canonical_json(messages))) if messages else 0
+        completion = _tokens(written)
+        served["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        return served
+
+    def estimated(self, response: RecordedResponse, body: JSON) -> tuple[str, ...]:
+        answer = response.body
+        if (
+            response.status >= 400
+            or not isinstance(answer, dict)
+            or answer.get("usage") is not None
+            or "choices" not in answer
+        ):
+            return ()
+        if self.wants_stream(body) and not _asks_usage(body):
+            return ()
+        return _USAGE
 
     # -- responses --------------------------------------------------------------
 

@@ -3,9 +3,12 @@
 Theory of operation
 -------------------
 The digest covers what decides the answer (model, instructions, input, tools,
-tool_choice, text.format) and nothing of transport, sampling or storage
-(stream, temperature, max_output_tokens, store, metadata), so a streamed and a
-non-streamed request hit the same recording.
+tool_choice, text.format, and the server-side conversation it continues:
+``previous_response_id``, ``conversation``, when set) and nothing of transport,
+sampling or storage (stream, temperature, max_output_tokens, store, metadata),
+so a streamed and a non-streamed request hit the same recording. The ids of a
+server-side conversation are replay-stable (the recorded answers minted them),
+so two conversations asking the same follow-up get their own answers.
 
 A non-stream request gets the `response` object as JSON. A stream request
 replays recorded frames verbatim when the recording has them; otherwise the
@@ -38,7 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from chaosllm.model import JSON
-from chaosllm.providers.base import text_pieces
+from chaosllm.providers.base import canonical_json, text_pieces
 from chaosllm.providers.conversation import RESPONSES_CHECKS
 from chaosllm.providers.openai_common import (
     OpenAIProvider,
@@ -56,6 +59,9 @@ from chaosllm.providers.openai_common import (
 from chaosllm.providers.sse import event_frame, event_types, iter_events
 
 __all__ = ["OpenAIResponses", "iter_events", "sse_event"]
+
+_THREAD_KEYS = ("previous_response_id", "conversation")
+_NO_THREAD = ("null", "null")
 
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.failed", "response.incomplete", "error"}
@@ -91,6 +97,7 @@ class OpenAIResponses(OpenAIProvider):
     conversation = RESPONSES_CHECKS
     turn_key = "input"
     finishing_events = TERMINAL_EVENTS
+    minted_prefixes = ("resp_", "msg_", "fc_", "call_", "rs_")
 
     # -- requests ---------------------------------------------------------------
 
@@ -128,7 +135,7 @@ class OpenAIResponses(OpenAIProvider):
     def canonical(self, body: JSON) -> JSON:
         items = body.get("input")
         text = body.get("text")
-        return {
+        canonical = {
             "model": body.get("model"),
             "instructions": body.get("instructions"),
             # An output item passed back as input keeps its content, not its status.
@@ -137,6 +144,18 @@ class OpenAIResponses(OpenAIProvider):
             "tool_choice": body.get("tool_choice"),
             "text_format": text.get("format") if isinstance(text, dict) else None,
         }
+        # Only when set: the digests of requests without them stay what they were.
+        for key in _THREAD_KEYS:
+            if body.get(key) is not None:
+                canonical[key] = body[key]
+        return canonical
+
+    def thread(self, body: JSON) -> Any:
+        """``previous_response_id`` and ``conversation`` (None when neither is set)."""
+        if not isinstance(body, dict):
+            return None
+        thread = tuple(canonical_json(body.get(key)) for key in _THREAD_KEYS)
+        return None if thread == _NO_THREAD else thread
 
     # -- responses --------------------------------------------------------------
 

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.to_thread
 
-from chaosllm.core.journal import JournalEntry
+from chaosllm.core.journal import JournalEntry, ending_of
 from chaosllm.core.report import Outcome
 from chaosllm.errors import ChaosLLMError, NotRecordable
 from chaosllm.model import (
@@ -480,7 +480,8 @@ class ProxyCall:
 
     @property
     def status_code(self) -> int:
-        return self.entry.status
+        status = self.entry.status
+        return status if status is not None else 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._raw_extra = [
@@ -513,8 +514,10 @@ class ProxyCall:
             report.outcome = Outcome.CLIENT_GONE
             return
         if call.plan is not None:
+            self.amend(ending=ending_of(call.plan))
             await send_plan(scope, receive, send, call.plan, report)
             return
+        self.amend(ending="closed" if call.end is _End.ABORT else "complete")
         report.outcome = Outcome.COMPLETE
         if call.end is _End.ABORT:
             raise PlanAborted(
@@ -563,7 +566,7 @@ class ProxyCall:
             # answer: the client sees the same (an empty reply, or a reset).
             reset = isinstance(exc, ResetBeforeAnswer)
             self.amend(
-                status=0,
+                status=None,
                 error=(
                     f"the upstream {where} {'reset' if reset else 'closed'} the "
                     f"connection without answering ({reason}); nothing recorded"

@@ -4,18 +4,27 @@ Matchers run in a configurable order (default ``exact,sequence,nearest``):
 
 - **exact**: the request digest, O(1). Several recordings with one digest
   (an agent loop asking the same thing twice) are served in file order, one
-  per request, per session; the last one repeats.
+  per request, per session; the last one repeats. A streaming request prefers
+  the recordings made from a stream, a JSON request the others (each framing
+  has its own turn), so that the same body asked both ways (``invoke`` then
+  ``stream``) gets the recorded bytes of each; only when no recording has the
+  request's framing is one of the other rendered.
 - **sequence**: the next exchange of the active scenario not yet served to
   this session (`POST /__scenario`), whatever the request says.
 - **nearest**: the most similar recording of the same provider over
   normalised text (ids, timestamps, absolute paths, ports normalised away),
   served when its similarity reaches the threshold. The score is the lower of
   the whole conversation's similarity and the latest turn's, so a long shared
-  system prompt cannot make a different question look like a recorded one.
+  system prompt cannot make a different question look like a recorded one. It
+  never pairs requests of different server-side conversations
+  (`Provider.thread`: a Responses ``previous_response_id``), whose ids the
+  normalisation would hide.
 
 A miss raises `NoMatch` whose message names the digest and the nearest
 recordings with how they differ. Per-session state (cursors, used exchanges,
-active scenario) lives here; sessions are the ``X-Chaosllm-Session`` header.
+active scenario, how often each exchange was served) lives here; sessions are the
+``X-Chaosllm-Session`` header. With `scenario_from_session`, a session starts on the
+scenario named after it (`chaosllm.config.session_scenario`) when one is loaded.
 The state of at most `max_sessions` sessions is kept (``--max-sessions``): beyond that
 the least recently used session is forgotten (`session_counts` counts them), and if it
 is seen again it starts fresh, as after a reset: the active default scenario, every
@@ -44,6 +53,7 @@ exchange served since the last reset is remembered for `unused`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -51,7 +61,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chaosllm.config import DEFAULT_ORDER, Strategy
+from chaosllm.config import DEFAULT_ORDER, Strategy, session_scenario
 from chaosllm.errors import ConfigError, NoMatch, UnknownScenario
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS, Provider
@@ -67,6 +77,10 @@ __all__ = ["DEFAULT_ORDER", "Match", "Matcher", "Strategy"]
 log = logging.getLogger("chaosllm")
 
 
+Cursor = tuple[str, ...]
+"""Which turn of several exact candidates a session is at (see `_cursor_key`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     exchange: Exchange
@@ -75,13 +89,19 @@ class Match:
     request: JSON = None
     """The request body as it was matched, when not the one given (the live workspace
     turned into ``<WORKSPACE>``)."""
+    cursor: Cursor | None = None
+    """The exact-match cursor the match advances when consumed (None: the exchange's)."""
+    serves: int = 0
+    """How often the exchange was served (consumed) to this session before."""
 
 
 @dataclass
 class _Session:
     scenario: str | None = None
     used: set[str] = field(default_factory=set)
-    cursors: dict[tuple[str, str], int] = field(default_factory=dict)
+    cursors: dict[Cursor, int] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
+    """How often each exchange (by name) was served to the session."""
 
 
 class Matcher:
@@ -93,6 +113,7 @@ class Matcher:
         nearest_threshold: float = 0.9,
         candidates: int = 3,
         max_sessions: int = 10_000,
+        scenario_from_session: bool = False,
     ) -> None:
         if not 0.0 <= nearest_threshold <= 1.0:
             raise ValueError("nearest_threshold must be within [0, 1]")
@@ -107,6 +128,8 @@ class Matcher:
         self._lock = threading.Lock()
         self.max_sessions = max_sessions
         """How many sessions' state is kept (the most recently used; see the module doc)."""
+        self.scenario_from_session = scenario_from_session
+        """A new session starts on the scenario named after it, when one is loaded."""
         self._sessions: OrderedDict[str | None, _Session] = OrderedDict()
         """Each session's state, the least recently used first."""
         self._forgotten = 0
@@ -124,7 +147,12 @@ class Matcher:
         sessions = self._sessions
         state = sessions.get(session)
         if state is None:
-            state = sessions[session] = _Session(scenario=self._default_scenario)
+            scenario = self._default_scenario
+            if self.scenario_from_session and session is not None:
+                own = session_scenario(session)
+                if own in self.store.by_scenario:
+                    scenario = own
+            state = sessions[session] = _Session(scenario=scenario)
             if len(sessions) - (None in sessions) > self.max_sessions:
                 self._forget_oldest()
         else:
@@ -235,7 +263,7 @@ class Matcher:
                 found = self._try(strategy, provider, body, digest, state)
                 if found is not None:
                     if workspace is not None:
-                        found = Match(found.exchange, found.strategy, found.score, body)
+                        found = dataclasses.replace(found, request=body)
                     if consume:
                         self._consume(found, state)
                     return found
@@ -245,13 +273,17 @@ class Matcher:
 
     def consume(self, match: Match, session: str | None = None) -> None:
         with self._lock:
-            self._consume(match, self._session(session))
+            # The session was just matched (and moved to the end): no need to again.
+            state = self._sessions.get(session)
+            self._consume(match, state if state is not None else self._session(session))
 
     def _consume(self, match: Match, state: _Session) -> None:
-        state.used.add(match.exchange.name)
-        self._served.add(match.exchange.name)
+        name = match.exchange.name
+        state.used.add(name)
+        self._served.add(name)
+        state.served[name] = match.serves + 1
         if match.strategy is Strategy.EXACT:
-            key = _cursor_key(match.exchange)
+            key = match.cursor if match.cursor is not None else _cursor_key(match.exchange)
             state.cursors[key] = state.cursors.get(key, 0) + 1
 
     def _exhausted(self, state: _Session) -> str:
@@ -294,8 +326,17 @@ class Matcher:
             if state.scenario is not None:
                 in_scenario = [e for e in candidates if e.scenario == state.scenario]
                 candidates = in_scenario or candidates
-            position = state.cursors.get(_cursor_key(candidates[0]), 0)
-            return Match(candidates[min(position, len(candidates) - 1)], Strategy.EXACT)
+            key = _cursor_key(candidates[0])
+            if len(candidates) > 1:
+                # The recorded bytes of the request's framing, when there are some.
+                stream = provider.wants_stream(body)
+                framed = [e for e in candidates if e.response.stream == stream]
+                if framed and len(framed) < len(candidates):
+                    candidates = framed
+                    key = (*key, "stream" if stream else "json")
+            exchange = candidates[min(state.cursors.get(key, 0), len(candidates) - 1)]
+            served = state.served.get(exchange.name, 0) if state.served else 0
+            return Match(exchange, Strategy.EXACT, 1.0, None, key, served)
         if strategy is Strategy.SEQUENCE:
             if state.scenario is None:
                 state.scenario = self._trace_for(body)
@@ -303,12 +344,24 @@ class Matcher:
                 return None
             for exchange in self.store.by_scenario.get(state.scenario, ()):
                 if exchange.provider == provider.name and exchange.name not in state.used:
-                    return Match(exchange, Strategy.SEQUENCE)
+                    return Match(
+                        exchange, Strategy.SEQUENCE, serves=state.served.get(exchange.name, 0)
+                    )
             return None
         hits = self._nearest(provider, body, 1)
-        if hits and hits[0][1] >= self.nearest_threshold:
-            return Match(hits[0][0], Strategy.NEAREST, hits[0][1])
-        return None
+        if not hits or hits[0][1] < self.nearest_threshold:
+            return None
+        thread = provider.thread(body)
+        if provider.thread(hits[0][0].request.body) != thread:
+            hits = [
+                (exchange, score)
+                for exchange, score in self._nearest(provider, body, 4)
+                if provider.thread(exchange.request.body) == thread
+            ]
+            if not hits or hits[0][1] < self.nearest_threshold:
+                return None
+        exchange, score = hits[0]
+        return Match(exchange, Strategy.NEAREST, score, serves=state.served.get(exchange.name, 0))
 
     def _alias_candidates(self, provider: Provider, body: JSON) -> list[Exchange] | None:
         """The exchanges keyed by a digest of their own that answer `body`, if any."""
@@ -415,7 +468,7 @@ class Matcher:
         return "\n".join(lines)
 
 
-def _cursor_key(exchange: Exchange) -> tuple[str, str]:
+def _cursor_key(exchange: Exchange) -> Cursor:
     """The exact-match cursor of the exchanges sharing `exchange`'s key."""
     if exchange.keyed_by == Keying.REQUEST:
         return (exchange.provider, exchange.digest)
