@@ -155,7 +155,7 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
     uv_config = uvicorn.Config(
         app,
         loop=loop,
-        http=guarded_protocol(http),
+        http=guarded_protocol(http, config.max_connections),
         log_level="warning",
         access_log=False,
         lifespan="auto",

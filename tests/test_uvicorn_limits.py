@@ -269,6 +269,44 @@ def test_malformed_http_gets_a_json_envelope(server: ChaosServer) -> None:
         assert body["error"]["code"] == "bad_request"
 
 
+# -- --max-connections -------------------------------------------------------------------
+
+
+def test_max_connections_closes_idle_ones_first_and_keeps_the_control_plane() -> None:
+    raw = json.dumps(request_body("simple-chat/0001", stream=False)).encode()
+    replay = head(CHAT, len(raw)) + raw
+
+    def opened(server: ChaosServer, first: bytes = b"") -> socket.socket:
+        sock = connect(server)
+        if first:
+            sock.sendall(first)
+        time.sleep(0.05)  # accepted in this order
+        return sock
+
+    with ChaosServer(server="uvicorn", max_connections=3) as server:
+        # Full of connections that each began a request: a new one is in the reserve.
+        busy = [opened(server, b"GET /health HTTP/1.1\r\n") for _ in range(3)]
+        with opened(server, replay) as extra:
+            status, headers, body = read_response(extra)
+            assert status == 503 and headers["connection"] == "close"
+            assert body["error"]["code"] == "server_busy"
+            assert "--max-connections" in body["error"]["message"]
+        with opened(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") as health:
+            assert read_response(health)[0] == 200
+        for sock in busy:
+            sock.close()
+        # Full of idle connections: the oldest is closed for a new one, which is served.
+        idle = [opened(server) for _ in range(3)]
+        with opened(server, replay) as new:
+            assert read_response(new)[0] == 200
+        assert closed(idle[0], 3)
+        idle[1].settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            idle[1].recv(1)  # still open
+        for sock in idle:
+            sock.close()
+
+
 # -- shutdown ----------------------------------------------------------------------------
 
 
@@ -371,7 +409,7 @@ def test_the_open_file_limit_logs_little_and_recovers(tmp_path: Path) -> None:
             silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(600)]
             started = time.monotonic()
             assert _health(port, 5).status_code == 200
-            assert time.monotonic() - started < 2
+            assert time.monotonic() - started < 4  # asyncio retries a failed accept after 1 s
             for sock in silent:
                 sock.close()
             busy = []
@@ -389,5 +427,7 @@ def test_the_open_file_limit_logs_little_and_recovers(tmp_path: Path) -> None:
             proc.terminate()
             proc.wait(15)
     text = log_path.read_text("utf-8", "replace")
-    assert "cannot accept connections" in text
+    # Accepts fail in bursts (asyncio accepts a whole backlog before any connection can be
+    # closed): at most one line per interval says so, with no traceback.
+    assert text.count("cannot accept connections") <= 2
     assert text.count("Traceback") <= 3

@@ -14,9 +14,12 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
   the response has started, a close). uvicorn's own keep-alive timeout closes idle
   connections between requests. A head over `MAX_HEAD` bytes gets 431. Errors uvicorn
   answers on its own (malformed HTTP) are JSON envelopes too.
-- **Connections**: the open-file soft limit is raised toward what `MAX_CONNECTIONS`
-  needs; beyond the connections it allows, the oldest idle connection (waiting for a
-  request, nothing of it received) is closed for a new one.
+- **Connections** (``--max-connections``): the open-file soft limit is raised toward
+  what the limit needs (the limit is lowered, with a warning, when it cannot be); when
+  full, the oldest idle connection (waiting for a request, nothing of it received) is
+  closed for a new one; with none idle, up to `RESERVE` more are accepted and served
+  only on the control plane and ``/health`` (503 elsewhere), so a full server can still
+  be inspected and disarmed; beyond those a new connection is closed at once.
 - **Shutdown**: in-flight responses get `GRACEFUL_TIMEOUT_S`, then they are cancelled
   (``timeout_graceful_shutdown``): a stall does not hold SIGTERM.
 - **The open-file limit**: accept failures are logged once per `ACCEPT_LOG_INTERVAL_S`
@@ -36,7 +39,9 @@ import time
 from email.utils import formatdate
 from typing import Any, Final
 
+from chaosllm.http.web import error_response
 from chaosllm.providers import error_body_for_path
+from chaosllm.providers.base import ErrorKind
 from chaosllm.wire.common import raise_nofile_limit
 
 __all__ = [
@@ -45,8 +50,8 @@ __all__ = [
     "BODY_TIMEOUT_S",
     "GRACEFUL_TIMEOUT_S",
     "HEADER_TIMEOUT_S",
-    "MAX_CONNECTIONS",
     "MAX_HEAD",
+    "RESERVE",
     "guarded_protocol",
     "guarded_server",
 ]
@@ -61,8 +66,9 @@ BODY_MIN_RATE = 32 * 1024
 """Bytes a second a body must average once `BODY_TIMEOUT_S` has passed."""
 GRACEFUL_TIMEOUT_S: Final = 5
 """How long in-flight responses may run on at shutdown before they are cancelled."""
-MAX_CONNECTIONS = 10_000
-"""Connections served at once (fewer when the open-file limit cannot be raised)."""
+RESERVE: Final = 64
+"""Connections accepted beyond the limit when no idle one can be closed, for the control
+plane and ``/health`` only (the builtin server's reserve)."""
 FD_HEADROOM: Final = 256
 """Open files kept for everything but client connections."""
 MAX_HEAD: Final = 16 * 1024
@@ -79,9 +85,43 @@ _PHRASES: Final = {
 }
 
 
-def _connection_cap() -> int:
-    limit = raise_nofile_limit(MAX_CONNECTIONS + FD_HEADROOM)
-    return max(1, min(MAX_CONNECTIONS, limit - FD_HEADROOM))
+def _connection_cap(max_connections: int) -> int:
+    """`max_connections`, lowered (with a warning) when the open-file limit cannot be
+    raised far enough for it."""
+    wanted = max_connections + RESERVE + FD_HEADROOM
+    limit = raise_nofile_limit(wanted)
+    if limit >= wanted:
+        return max_connections
+    cap = max(1, limit - RESERVE - FD_HEADROOM)
+    log.warning(
+        "the open-file limit (ulimit -n) is %d: serving at most %d connections instead of "
+        "--max-connections %d; raise the limit to serve more",
+        limit,
+        cap,
+        max_connections,
+    )
+    return cap
+
+
+def _reserved(app: Any, cap: int) -> Any:
+    """`app` for a connection beyond the limit: the control plane and ``/health`` only."""
+
+    async def reserved(scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path.startswith("/__") or path == "/health":
+            await app(scope, receive, send)
+            return
+        response = error_response(
+            path,
+            503,
+            f"The server is at its connection limit ({cap}, --max-connections); retry shortly",
+            kind=ErrorKind.SERVER_ERROR,
+            code="server_busy",
+        )
+        response.headers["connection"] = "close"
+        await response(scope, receive, send)
+
+    return reserved
 
 
 def _refusal(status: int, message: str, code: str, path: str | None) -> bytes:
@@ -100,9 +140,9 @@ def _refusal(status: int, message: str, code: str, path: str | None) -> bytes:
     return head + data
 
 
-def guarded_protocol(http: str) -> type[asyncio.Protocol]:
+def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class `http` (``"httptools"`` or ``"h11"``) with the read
-    deadlines and the connection cap of the module docstring."""
+    deadlines and the connection limit of the module docstring."""
     base: type[asyncio.Protocol]
     if http == "httptools":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -112,10 +152,13 @@ def guarded_protocol(http: str) -> type[asyncio.Protocol]:
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
         base = H11Protocol
-    cap = _connection_cap()
+    cap = _connection_cap(max_connections)
 
     class Guarded(base):  # type: ignore[valid-type, misc]
         """One connection: uvicorn's protocol, plus a deadline timer."""
+
+        app: Any
+        """The ASGI app its requests go to (uvicorn's attribute)."""
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -132,13 +175,17 @@ def guarded_protocol(http: str) -> type[asyncio.Protocol]:
             self._cl_body_bytes = 0
             self._cl_last = now
             idle = self._cl_idle()
-            idle[self] = None
             if len(self.connections) > cap:
-                for other in idle:
-                    if other is not self:
-                        del idle[other]
-                        other.transport.close()
-                        break
+                oldest = next(iter(idle), None)
+                if oldest is not None:
+                    del idle[oldest]
+                    oldest.transport.close()
+                elif len(self.connections) > cap + RESERVE:
+                    transport.close()
+                    return
+                else:
+                    self.app = _reserved(self.app, cap)
+            idle[self] = None
             self._cl_schedule()
 
         def connection_lost(self, exc: Exception | None) -> None:
