@@ -177,6 +177,13 @@ def _parser() -> argparse.ArgumentParser:
         "scenario takes precedence)",
     )
     serve.add_argument(
+        "--scenario-from-session",
+        action="store_true",
+        help="a session (X-Chaosllm-Session) names its scenario: what it records goes "
+        "there (the id made a directory name), and it replays from there when that "
+        "scenario is loaded -- a scenario per test or flow, without POST /__scenario",
+    )
+    serve.add_argument(
         "--secret",
         dest="secrets",
         action="append",
@@ -573,6 +580,7 @@ def _serve(args: argparse.Namespace) -> int:
         upstream=args.upstream,
         record_dir=record_dir,
         record_scenario=args.record_scenario,
+        scenario_from_session=args.scenario_from_session,
         secrets=[*args.secrets, *secrets_from_env()],
         max_body_bytes=args.max_body_bytes,
         max_connections=args.max_connections,

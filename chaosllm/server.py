@@ -252,6 +252,7 @@ class ChaosServer:
         upstream: str | None = None,
         record_dir: str | Path | None = None,
         record_scenario: str = DEFAULT_RECORD_SCENARIO,
+        scenario_from_session: bool = False,
         secrets: Sequence[str] = (),
         max_body_bytes: int = 16 * 1024 * 1024,
         max_connections: int = 10_000,
@@ -266,7 +267,9 @@ class ChaosServer:
         """`mode` record, record-missing or passthrough makes it a proxy in front of
         `upstream`; new recordings go to `record_dir` (default: the first of
         `recordings`), scenario `record_scenario` unless the request's session has an
-        active one. `secrets` (and ``$CHAOSLLM_SECRETS``) are redacted from recordings.
+        active one (or, with `scenario_from_session`, names one, which it also replays
+        from: ``--scenario-from-session``). `secrets` (and ``$CHAOSLLM_SECRETS``) are
+        redacted from recordings.
         A `control_token`, when given, is required on every HTTP control call
         (``--control-token``); `allow_hosts` are names the control plane answers besides
         loopback ones (``--allow-host``). The methods here call the state directly:
@@ -301,6 +304,7 @@ class ChaosServer:
             upstream=upstream,
             record_dir=target,
             record_scenario=record_scenario,
+            scenario_from_session=scenario_from_session,
             secrets=[*secrets, *secrets_from_env()],
             strict=strict,
             journal_size=journal_size,

@@ -487,9 +487,18 @@ def test_session_scenario_names_are_safe_directory_names() -> None:
 
 
 def test_a_session_names_its_scenario_when_recording_and_replaying(tmp_path: Path) -> None:
-    config = dict(mode=Mode.RECORD, upstream="http://127.0.0.1:9", record_dir=tmp_path)
-    on = EnginePair(ServerConfig(recordings=[tmp_path], scenario_from_session=True, **config))
-    off = EnginePair(ServerConfig(recordings=[tmp_path], **config))
+    on, off = (
+        EnginePair(
+            ServerConfig(
+                recordings=[tmp_path],
+                mode=Mode.RECORD,
+                upstream="http://127.0.0.1:9",
+                record_dir=tmp_path,
+                scenario_from_session=flag,
+            )
+        )
+        for flag in (True, False)
+    )
     assert on.engine.recording_scenario("flow a#1") == "flow-a-1"
     assert on.engine.recording_scenario(None) == off.engine.recording_scenario("x") == "recorded"
     # Replay: each session follows the scenario it names, by sequence too.

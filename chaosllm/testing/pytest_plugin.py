@@ -9,7 +9,11 @@
 By default each test gets its own server. With ``@pytest.mark.chaosllm(shared=True)``
 or ``--chaosllm-shared``, tests share one server for the whole run and each gets
 a fresh session id instead (faults it arms match only its session; its journal
-and sequences are its own), which is much faster. The marker also takes
+and sequences are its own), which is much faster. A test's session ids are its node
+id, ``#1`` for the first, ``#2`` after a `ChaosHandle.reset`..., the same in every run,
+and the shared server has ``scenario_from_session``: recordings made for a test (a
+`chaosllm_server` overridden to record) go to a scenario of its own, and it replays
+from there. The marker also takes
 `recordings`, `seed`, `on_miss`, `timing`, `match` and `profile` (these need a
 server of their own, so they ignore `shared`); the options
 ``--chaosllm-recordings DIR`` and ``--chaosllm-seed N`` set the defaults.
@@ -34,7 +38,8 @@ __all__ = ["ChaosHandle", "chaosllm", "chaosllm_server"]
 
 SESSION_HEADER = "X-Chaosllm-Session"
 _SERVER_OPTIONS = ("recordings", "seed", "on_miss", "timing", "match", "profile")
-_counter = itertools.count(1)
+_counters: dict[str, itertools.count[int]] = {}
+"""Per test (node id), how many sessions it had: its ids are the same in every run."""
 
 
 class ChaosHandle:
@@ -49,7 +54,8 @@ class ChaosHandle:
 
     def _new_session(self) -> None:
         if self._prefix is not None:
-            self.session = f"{self._prefix}#{next(_counter)}"
+            counter = _counters.setdefault(self._prefix, itertools.count(1))
+            self.session = f"{self._prefix}#{next(counter)}"
 
     @property
     def url(self) -> str:
@@ -198,10 +204,11 @@ def _defaults(config: pytest.Config) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def chaosllm_server(pytestconfig: pytest.Config) -> Iterator[ChaosServer]:
-    """One chaosllm server for the whole test run (what shared tests use)."""
+    """One chaosllm server for the whole test run (what shared tests use): each test's
+    session names its scenario (``scenario_from_session``)."""
     from chaosllm.server import ChaosServer
 
-    with ChaosServer(**_defaults(pytestconfig)) as server:
+    with ChaosServer(**_defaults(pytestconfig), scenario_from_session=True) as server:
         yield server
 
 
