@@ -21,7 +21,7 @@ from chaosllm.store.formats.importer import import_recordings
 from chaosllm.store.recordings import RecordingStore
 from tests.helpers import openai_client
 from tests.test_formats_hashkeyed import ASK, WEATHER, compute_hash
-from tests.test_formats_trace import RECORDED, STEERING
+from tests.test_formats_trace import RECORDED, STEERING, TOOLS
 from tests.test_formats_vcr import cassette
 
 
@@ -99,8 +99,8 @@ def test_trace_import_keeps_order_and_extras(tmp_path: Path) -> None:
         ask: list[ChatCompletionMessageParam] = [
             {"role": "user", "content": "Write hello to /tmp/test.txt"}
         ]
-        first = sdk.chat.completions.create(model="advanced-steering", messages=ask)
-        second = sdk.chat.completions.create(model="advanced-steering", messages=ask)
+        first = sdk.chat.completions.create(tools=TOOLS, model="advanced-steering", messages=ask)
+        second = sdk.chat.completions.create(tools=TOOLS, model="advanced-steering", messages=ask)
     assert (first.choices[0].message.tool_calls or [])[0].id == "c1"
     assert second.choices[0].message.content == "Done."
 

@@ -12,7 +12,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageToolCallUnion
+from openai.types.chat import (
+    ChatCompletionMessage,
+    ChatCompletionMessageToolCallUnion,
+    ChatCompletionToolParam,
+)
 
 from chaosllm import ChaosServer
 from chaosllm.model import Keying
@@ -162,6 +166,13 @@ RECORDED = {
 
 SYSTEM = {"role": "system", "content": "You are IronClaw."}
 
+# The tools the agent offers: a request without tools gets the next text step, as
+# TraceLlm's complete() does.
+TOOLS: list[ChatCompletionToolParam] = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("write_file", "echo", "http")
+]
+
 
 def write(directory: Path, name: str, trace: dict[str, Any]) -> None:
     path = directory / f"{name}.json"
@@ -220,7 +231,7 @@ def run_steering(client: openai.OpenAI, model: str) -> list[Any]:
         messages.append({"role": "user", "content": user})
         while True:
             completion = client.chat.completions.create(
-                model=model, messages=chat_messages(messages)
+                tools=TOOLS, model=model, messages=chat_messages(messages)
             )
             message = completion.choices[0].message
             answers.append(completion)
@@ -265,7 +276,7 @@ def test_steering_replays_in_order_through_the_sdk(server: ChaosServer) -> None:
 
 
 def user(text: str, model: str = "advanced-steering") -> dict[str, Any]:
-    return {"model": model, "messages": [SYSTEM, {"role": "user", "content": text}]}
+    return {"model": model, "messages": [SYSTEM, {"role": "user", "content": text}], "tools": TOOLS}
 
 
 def test_more_llm_calls_than_steps_is_a_clear_error(traces: Path) -> None:
@@ -295,6 +306,7 @@ def test_stream_replay_of_a_trace_step(server: ChaosServer) -> None:
     with (
         sdk_for(server, "stream") as client,
         client.chat.completions.create(
+            tools=TOOLS,
             model="spot-tool-echo",
             stream=True,
             messages=[{"role": "user", "content": "Please echo hello for me"}],
@@ -327,6 +339,7 @@ def test_tool_echo_with_hint_satisfied_and_mismatched(traces: Path) -> None:
 def test_findings_are_listed_over_http(server: ChaosServer) -> None:
     with sdk_for(server, "hint") as client:
         client.chat.completions.create(
+            tools=TOOLS,
             model="spot-tool-echo",
             messages=[{"role": "user", "content": "Please say hello for me"}],
         )
@@ -337,13 +350,13 @@ def test_findings_are_listed_over_http(server: ChaosServer) -> None:
 def recorded_flow(client: openai.OpenAI, tool_output: str) -> Any:
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "What time is it?"}]
     first = client.chat.completions.create(
-        model="recorded-claude-3-5-sonnet", messages=chat_messages(messages)
+        tools=TOOLS, model="recorded-claude-3-5-sonnet", messages=chat_messages(messages)
     )
     message = first.choices[0].message
     messages.append(assistant(message))
     messages.append({**tool_result((message.tool_calls or [])[0], tool_output), "name": "http"})
     return client.chat.completions.create(
-        model="recorded-claude-3-5-sonnet", messages=chat_messages(messages)
+        tools=TOOLS, model="recorded-claude-3-5-sonnet", messages=chat_messages(messages)
     )
 
 
@@ -378,7 +391,9 @@ def test_a_single_trace_needs_no_model_name(tmp_path: Path) -> None:
     write(tmp_path, "echo", TOOL_ECHO)
     with ChaosServer(tmp_path) as server, sdk_for(server, "s") as client:
         answer = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "Please echo hello for me"}]
+            tools=TOOLS,
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "Please echo hello for me"}],
         )
         assert (answer.choices[0].message.tool_calls or [])[0].id == "call_echo_1"
 
@@ -386,13 +401,14 @@ def test_a_single_trace_needs_no_model_name(tmp_path: Path) -> None:
 def test_several_traces_and_an_unknown_model_say_how_to_choose(server: ChaosServer) -> None:
     with sdk_for(server, "which") as client, pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+            tools=TOOLS, model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
         )
     message = str(caught.value)
     assert "POST /__scenario" in message and "advanced/steering" in message
     server.use_scenario("advanced/steering", "which")
     with sdk_for(server, "which") as client:
         answer = client.chat.completions.create(
+            tools=TOOLS,
             model="gpt-4o-mini",
             messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
         )

@@ -6,8 +6,13 @@ validator, by the provider's own rules (`chaosllm.providers.conversation`).
 `review` runs once a recording is matched:
 
 - the system-prompt check, for a recording whose request had one;
-- a trace step's ``request_hint`` (soft: a warning) and ``expected_tool_results``
-  (compared with the tool messages of the request) (seeds/trace-fixtures.md);
+- a trace step's ``request_hint`` (soft: a warning; compared case-insensitively, as
+  IronClaw's TraceLlm does) and ``expected_tool_results`` (compared with the tool
+  messages of the request) (seeds/trace-fixtures.md);
+- a trace step's tool-call arguments resolved for the live run: ``$trace_result``
+  bindings and ``{{call_id.field}}`` / ``{{tool:NAME.field}}`` templates, from the
+  tool results of the request (`chaosllm.store.templating.resolve_trace_arguments`;
+  one that cannot be resolved is refused with a 400, the step not consumed);
 - workspace templating and id remapping of the answer (`chaosllm.store.templating`);
 - the answer re-validated against the request's ``json_schema`` response format
   (`chaosllm.core.structured`): a mismatch is refused with an error saying to re-record.
@@ -19,15 +24,17 @@ the provider's own (its message and ``param``), before it consumes anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chaosllm.core.structured import answer_schema_problem
+from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers.base import ErrorKind, Provider
 from chaosllm.providers.conversation import Finding
+from chaosllm.store.formats.trace import fold
 from chaosllm.store.matching import Match, Strategy
-from chaosllm.store.templating import adapt
+from chaosllm.store.templating import adapt, resolve_trace_answer
 
 __all__ = ["Refusal", "Review", "precheck", "review", "strict_refusal", "trace_findings"]
 
@@ -88,6 +95,24 @@ def review(
     if exchange.meta:
         new.extend(trace_findings(exchange.meta, body))
     findings.extend(f.to_json() for f in new)
+    if exchange.meta.get("format") == "trace" and exchange.response.status < 400:
+        try:
+            answer = resolve_trace_answer(exchange.response.body, body)
+        except InvalidRequest as exc:
+            message = f"{exchange.meta.get('description') or exchange.name}: {exc.message}"
+            findings.append(Finding("trace_binding", message, oracle="trace").to_json())
+            found.refusal = Refusal(
+                400,
+                message,
+                ErrorKind.INVALID_REQUEST,
+                error="trace binding unresolved",
+                code="trace_binding",
+                headers=(("x-chaosllm-recording", exchange.name),),
+            )
+            return found
+        if answer is not exchange.response.body:
+            response = replace(exchange.response, body=answer, chunks=None)
+            exchange = found.exchange = replace(exchange, response=response)
 
     remap = match.strategy is not Strategy.EXACT and exchange.keyed_by == Keying.REQUEST
     if workspace is not None or remap:
@@ -166,7 +191,7 @@ def trace_findings(meta: Any, body: JSON) -> list[Finding]:
         if isinstance(contains, str):
             users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
             last = _text(users[-1].get("content")) if users else ""
-            if contains not in last:
+            if not users or fold(contains) not in fold(last):
                 found.append(
                     Finding(
                         "request_hint",

@@ -67,6 +67,7 @@ from chaosllm.model import JSON, Exchange, Keying
 from chaosllm.providers import PROVIDERS, Provider
 from chaosllm.store.diff import json_differences
 from chaosllm.store.formats import ALIAS_DIGESTS
+from chaosllm.store.formats.trace import next_step as trace_next_step
 from chaosllm.store.nearest import NearestIndex, similarity
 from chaosllm.store.normalize import normalize_text
 from chaosllm.store.recordings import RecordingStore
@@ -93,6 +94,8 @@ class Match:
     """The exact-match cursor the match advances when consumed (None: the exchange's)."""
     serves: int = 0
     """How often the exchange was served (consumed) to this session before."""
+    skips: tuple[str, ...] = ()
+    """Trace steps passed over for good by this match (consumed with it)."""
 
 
 @dataclass
@@ -267,7 +270,7 @@ class Matcher:
                     if consume:
                         self._consume(found, state)
                     return found
-            exhausted = self._exhausted(state)
+            exhausted = self._exhausted(state) + self._model_clash(state, body)
         self._log_alias_miss(provider, body)
         raise NoMatch(digest, exhausted + self.explain_miss(provider, body, digest))
 
@@ -281,6 +284,8 @@ class Matcher:
         name = match.exchange.name
         state.used.add(name)
         self._served.add(name)
+        state.used.update(match.skips)
+        self._served.update(match.skips)
         state.served[name] = match.serves + 1
         if match.strategy is Strategy.EXACT:
             key = match.cursor if match.cursor is not None else _cursor_key(match.exchange)
@@ -299,6 +304,23 @@ class Matcher:
             f"its text/tool_calls steps were served to this session, and this is call "
             f"{len(steps) + 1}. The client made a call the trace did not record (POST "
             f"/__reset rewinds the trace for a new run).\n"
+        )
+
+    def _model_clash(self, state: _Session, body: JSON) -> str:
+        """What a miss says first when several traces answer as the request's model."""
+        model = body.get("model") if isinstance(body, dict) else None
+        if state.scenario is not None or not isinstance(model, str):
+            return ""
+        clash = [s for s, m in self.store.sequence_scenarios.items() if m == model]
+        if len(clash) < 2:
+            return ""
+        files = ", ".join(
+            f"{s} ({self.store.by_scenario[s][0].source or 'in memory'})" for s in clash
+        )
+        return (
+            f"{len(clash)} traces share the model_name {model!r}, so the model cannot "
+            f"choose one: {files}. Give each trace its own model_name, or select one with "
+            f'POST /__scenario {{"scenario": NAME}} (per session: X-Chaosllm-Session).\n'
         )
 
     def _log_alias_miss(self, provider: Provider, body: JSON) -> None:
@@ -342,12 +364,23 @@ class Matcher:
                 state.scenario = self._trace_for(body)
             if state.scenario is None:
                 return None
-            for exchange in self.store.by_scenario.get(state.scenario, ()):
-                if exchange.provider == provider.name and exchange.name not in state.used:
-                    return Match(
-                        exchange, Strategy.SEQUENCE, serves=state.served.get(exchange.name, 0)
-                    )
-            return None
+            step = trace_next_step(
+                [
+                    e
+                    for e in self.store.by_scenario.get(state.scenario, ())
+                    if e.provider == provider.name and e.name not in state.used
+                ],
+                body,
+            )
+            if step is None:
+                return None
+            exchange, skips = step
+            return Match(
+                exchange,
+                Strategy.SEQUENCE,
+                serves=state.served.get(exchange.name, 0),
+                skips=skips,
+            )
         hits = self._nearest(provider, body, 1)
         if not hits or hits[0][1] < self.nearest_threshold:
             return None
@@ -441,7 +474,7 @@ class Matcher:
                     f"{exchange.source or 'in memory'}): "
                     + ("; ".join(diffs) if diffs else "differs only in volatile values")
                 )
-        else:
+        elif not self.store.sequence_scenarios:
             lines.append("No recordings of this provider are loaded.")
         if Keying.HASH_KEYED in self.store.alias_keyings.get(provider.name, ()):
             try:

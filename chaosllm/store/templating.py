@@ -31,12 +31,14 @@ frames are then dropped, and the provider renders the stream from the body).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, Exchange, RecordedChunk
 
 __all__ = [
@@ -44,8 +46,11 @@ __all__ = [
     "adapt",
     "learn_id_map",
     "remap_ids",
+    "resolve_trace_answer",
+    "resolve_trace_arguments",
     "substitute_workspace",
     "tokenize_workspace",
+    "trace_tool_results",
 ]
 
 WORKSPACE_TOKEN = "<WORKSPACE>"
@@ -273,3 +278,227 @@ def adapt(
     if body is response.body and chunks is response.chunks:
         return exchange, mapping
     return replace(exchange, response=replace(response, body=body, chunks=chunks)), mapping
+
+
+# -- trace arguments (IronClaw's TraceLlm) -----------------------------------------------
+
+_TOOL_OUTPUT = re.compile(r"\A\s*<tool_output\b[^>]*>\n?(.*?)\n?</tool_output>\s*\Z", re.DOTALL)
+_USER_TOOL_RESULT = re.compile(
+    r"\A\[Tool (?:`([^`]*)`|(\S+))\s*returned:\s*(.*?)\]?\s*\Z", re.DOTALL
+)
+
+
+def _tool_output(content: str) -> str:
+    """A tool message's content without the safety layer's ``<tool_output>`` wrapper."""
+    wrapped = _TOOL_OUTPUT.match(content)
+    return wrapped.group(1) if wrapped else content
+
+
+def _parse_result(text: str) -> JSON:
+    """A tool result as JSON: the text parsed, or read as a Python ``repr`` (an
+    orchestrator's ``str(dict)``); None when it is neither."""
+    try:
+        value: JSON = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        return value
+    try:
+        literal = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    try:
+        return json.loads(json.dumps(literal))  # only JSON-shaped values survive
+    except (TypeError, ValueError):
+        return None
+
+
+def _message_text(content: JSON) -> str:
+    return "".join(_texts(content))
+
+
+def trace_tool_results(messages: JSON) -> tuple[dict[str, list[JSON]], dict[str, str]]:
+    """What a request's conversation says its tools returned: the parsed result of each
+    ``tool`` message by ``tool_call_id`` (for ``$trace_result`` bindings), and the
+    template variables (``{{call_id.field}}``, and ``{{tool:NAME.field}}`` from a
+    ``[Tool `NAME` returned: {...}]`` user message) of their top-level scalar fields."""
+    observed: dict[str, list[JSON]] = {}
+    variables: dict[str, str] = {}
+    if not isinstance(messages, list):
+        return observed, variables
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        text = _message_text(message.get("content"))
+        if role == "tool" and isinstance(message.get("tool_call_id"), str):
+            key: str = message["tool_call_id"]
+            result = _parse_result(_tool_output(text))
+            if result is not None:
+                observed.setdefault(key, []).append(result)
+        elif role == "user" and (said := _USER_TOOL_RESULT.match(text)) is not None:
+            key = "tool:" + (said.group(1) if said.group(1) is not None else said.group(2))
+            result = _parse_result(said.group(3).strip())
+        else:
+            continue
+        if isinstance(result, dict):
+            for field_name, value in result.items():
+                if isinstance(value, bool):
+                    variables[f"{key}.{field_name}"] = "true" if value else "false"
+                elif isinstance(value, str):
+                    variables[f"{key}.{field_name}"] = value
+                elif isinstance(value, int | float):
+                    variables[f"{key}.{field_name}"] = json.dumps(value)
+    return observed, variables
+
+
+def _pointer(document: JSON, pointer: str) -> tuple[bool, JSON]:
+    """RFC 6901: (found, the value at `pointer` in `document`)."""
+    if pointer == "":
+        return True, document
+    if not pointer.startswith("/"):
+        return False, None
+    value = document
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, dict) and token in value:
+            value = value[token]
+        elif (
+            isinstance(value, list)
+            and token.isdigit()
+            and (token == "0" or not token.startswith("0"))
+            and int(token) < len(value)
+        ):
+            value = value[int(token)]
+        else:
+            return False, None
+    return True, value
+
+
+def _bind(value: JSON, observed: Mapping[str, list[JSON]]) -> JSON:
+    if isinstance(value, list):
+        return [_bind(v, observed) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$trace_result" not in value:
+        return {k: _bind(v, observed) for k, v in value.items()}
+    if len(value) != 1:
+        raise InvalidRequest(
+            "invalid $trace_result: the marker object must contain only $trace_result",
+            code="trace_binding",
+        )
+    marker = value["$trace_result"]
+    call_id = marker.get("tool_call_id") if isinstance(marker, dict) else None
+    pointer = marker.get("pointer") if isinstance(marker, dict) else None
+    if not (isinstance(call_id, str) and call_id and isinstance(pointer, str) and pointer):
+        raise InvalidRequest(
+            "invalid $trace_result: expected a non-empty tool_call_id and JSON Pointer",
+            code="trace_binding",
+        )
+    results = observed.get(call_id, [])
+    if not results:
+        raise InvalidRequest(
+            f"the trace binds a tool-call argument to the result of tool call {call_id!r}, "
+            f"but the request has no tool message (with a JSON result) for it",
+            code="trace_binding",
+        )
+    if len(results) > 1:
+        raise InvalidRequest(
+            f"the trace binds to the result of tool call {call_id!r}, but the request has "
+            f"{len(results)} tool results with that id",
+            code="trace_binding",
+        )
+    found, bound = _pointer(results[0], pointer)
+    if not found:
+        raise InvalidRequest(
+            f"the result of tool call {call_id!r} has no JSON Pointer {pointer!r} "
+            f"(the trace binds a tool-call argument to it)",
+            code="trace_binding",
+        )
+    return bound
+
+
+def _fill(text: str, variables: Mapping[str, str]) -> str:
+    if text.startswith("{{") and text.endswith("}}") and text.count("{{") == 1:
+        whole = variables.get(text[2:-2].strip())
+        if whole is not None:
+            return whole
+    result = text
+    while (start := result.find("{{")) != -1:
+        end = result.find("}}", start)
+        if end == -1:
+            break
+        resolved = variables.get(result[start + 2 : end].strip())
+        if resolved is None:
+            break  # an unresolved template stays as it is, and stops the pass
+        result = result[:start] + resolved + result[end + 2 :]
+    return result
+
+
+def _template(value: JSON, variables: Mapping[str, str]) -> JSON:
+    if isinstance(value, str):
+        return _fill(value, variables)
+    if isinstance(value, list):
+        return [_template(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: _template(v, variables) for k, v in value.items()}
+    return value
+
+
+def resolve_trace_arguments(arguments: JSON, messages: JSON) -> JSON:
+    """Recorded tool-call `arguments` (a JSON value) as IronClaw's ``TraceLlm`` replays
+    them for a request whose conversation is `messages`: every
+    ``{"$trace_result": {"tool_call_id": ..., "pointer": "/..."}}`` replaced by the
+    value at that JSON Pointer in the live result of that tool call, then every
+    ``{{call_id.field}}`` / ``{{tool:NAME.field}}`` template filled from the tool
+    results of the conversation. Raises `InvalidRequest` when a binding cannot be
+    resolved (the step is then not served)."""
+    observed, variables = trace_tool_results(messages)
+    bound = _bind(arguments, observed)
+    return _template(bound, variables) if variables else bound
+
+
+def resolve_trace_answer(body: JSON, request: JSON) -> JSON:
+    """A trace step's ``chat.completion`` answer `body` with its tool calls' arguments
+    resolved for the live `request` (`resolve_trace_arguments`); `body` itself when
+    none has a binding or template."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list):
+        return body
+    messages = request.get("messages") if isinstance(request, dict) else None
+    changed = False
+    new_choices: list[JSON] = []
+    for choice in choices:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not isinstance(calls, list):
+            new_choices.append(choice)
+            continue
+        new_calls: list[JSON] = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if not isinstance(arguments, str) or (
+                "$trace_result" not in arguments and "{{" not in arguments
+            ):
+                new_calls.append(call)
+                continue
+            try:
+                value = json.loads(arguments)
+            except ValueError:
+                new_calls.append(call)
+                continue
+            resolved = resolve_trace_arguments(value, messages)
+            if resolved == value:
+                new_calls.append(call)
+                continue
+            text = json.dumps(resolved, separators=(",", ":"), ensure_ascii=False)
+            assert isinstance(call, dict) and isinstance(function, dict)
+            new_calls.append({**call, "function": {**function, "arguments": text}})
+            changed = True
+        assert isinstance(choice, dict) and isinstance(message, dict)
+        new_choices.append({**choice, "message": {**message, "tool_calls": new_calls}})
+    if not changed:
+        return body
+    assert isinstance(body, dict)
+    return {**body, "choices": new_choices}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -37,9 +38,108 @@ from chaosllm.errors import RecordingError
 from chaosllm.model import JSON, Exchange, Keying, RecordedRequest, RecordedResponse
 from chaosllm.store.formats.base import FixtureFormat, by_content, run_parser
 
-__all__ = ["FORMAT", "looks_like", "parse"]
+__all__ = ["FORMAT", "hint_fits", "last_user_text", "looks_like", "next_step", "parse"]
 
 PLAYABLE = ("text", "tool_calls")
+
+LEGACY_INPUT = "(test input)"
+"""The user input of a flat trace's steps before its first ``user_input`` marker
+(TraceLlm's own placeholder)."""
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold(text: str) -> str:
+    """`text` with ASCII letters lowercased, as TraceLlm compares hints."""
+    return text.translate(_ASCII_LOWER)
+
+
+def message_text(content: JSON) -> str:
+    """The text of a chat message's content (a string, or its text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def last_user_text(body: JSON) -> str | None:
+    """The text of the request's last user message (None: it has none)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message_text(message.get("content"))
+    return None
+
+
+def hint_fits(meta: Any, last_user: str | None) -> bool:
+    """Whether a step's ``request_hint.last_user_message_contains`` (if any) is in the
+    last user message, compared as TraceLlm does (ASCII case folded)."""
+    hint = meta.get("request_hint") if isinstance(meta, dict) else None
+    contains = hint.get("last_user_message_contains") if isinstance(hint, dict) else None
+    if not isinstance(contains, str):
+        return True
+    return last_user is not None and fold(contains) in fold(last_user)
+
+
+def _has_hint(meta: Any) -> bool:
+    hint = meta.get("request_hint") if isinstance(meta, dict) else None
+    return isinstance(hint, dict) and isinstance(hint.get("last_user_message_contains"), str)
+
+
+def _is_tool_step(exchange: Exchange) -> bool:
+    body = exchange.response.body
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return isinstance(first, dict) and first.get("finish_reason") == "tool_calls"
+
+
+def _offers_tools(body: JSON) -> bool:
+    return isinstance(body, dict) and bool(body.get("tools") or body.get("functions"))
+
+
+def next_step(steps: Sequence[Exchange], body: JSON) -> tuple[Exchange, tuple[str, ...]] | None:
+    """The step of a trace that answers `body`, given the steps not served yet (in
+    order), as IronClaw's ``TraceLlm`` picks it; and the names of the steps it passes
+    over for good (consumed with it). None: no step can answer.
+
+    The head step, when it has no hint or its hint fits the request's last user
+    message; else the first later step that has a hint and whose hint fits (threads
+    sharing one trace interleave their calls); else the head, its mismatch a warning
+    finding. (TraceLlm's scan would also take a later step without a hint; a step
+    without one says nothing about which thread it answers, so it is not taken out of
+    turn here.) A request that offers no tools skips tool
+    steps to the next text step (``TraceLlm::complete``), the skipped steps consumed.
+    Exchanges of other formats are served strictly in order."""
+    if not steps:
+        return None
+    if steps[0].meta.get("format") != "trace":
+        return steps[0], ()
+    remaining = list(steps)
+    last = last_user_text(body)
+    tools = _offers_tools(body)
+    skipped: list[str] = []
+    while remaining:
+        index = 0
+        if not hint_fits(remaining[0].meta, last):
+            index = next(
+                (
+                    i
+                    for i, step in enumerate(remaining)
+                    if i and _has_hint(step.meta) and hint_fits(step.meta, last)
+                ),
+                0,
+            )
+        step = remaining.pop(index)
+        if tools or not _is_tool_step(step):
+            return step, tuple(skipped)
+        skipped.append(step.name)
+    return None
 
 
 def looks_like(data: JSON) -> bool:
@@ -145,12 +245,15 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
     legacy = "turns" not in data
     if legacy:
         turns: Any = [{"user_input": None, "steps": data["steps"]}]
+        _require(isinstance(data["steps"], list), source, '"steps" must be an array')
     else:
         turns = data["turns"]
         _require(isinstance(turns, list), source, '"turns" must be an array')
     for key in ("memory_snapshot", "http_exchanges"):
         _require(isinstance(data.get(key, []), list), source, f'"{key}" must be an array')
     _require(isinstance(data.get("expects", {}), dict), source, '"expects" must be an object')
+    usage = data.get("usage")
+    _require(usage is None or isinstance(usage, dict), source, '"usage" must be an object')
 
     exchanges: list[Exchange] = []
     turn_info: list[dict[str, Any]] = []
@@ -171,8 +274,10 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
             source,
             f"{where_turn}.expects must be an object",
         )
-        turn_info.append({"user_input": user_input, "expects": turn.get("expects"), "calls": 0})
+        if not legacy:
+            turn_info.append({"user_input": user_input, "expects": turn.get("expects"), "calls": 0})
         said = user_input
+        marker = False
         for s, step in enumerate(steps):
             where = f"{where_turn}[{s}]" if legacy else f"{where_turn}.steps[{s}]"
             _require(
@@ -189,7 +294,12 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
             )
             if kind == "user_input":
                 said = response.get("content") if isinstance(response.get("content"), str) else said
+                marker = True
                 continue
+            if legacy and (marker or not turn_info):
+                marker = False
+                # TraceLlm splits a flat trace into turns at its user_input markers.
+                turn_info.append({"user_input": said or LEGACY_INPUT, "expects": None, "calls": 0})
             call = len(exchanges) + 1
             hint = step.get("request_hint")
             _require(
@@ -264,6 +374,8 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         "http_exchanges": data.get("http_exchanges", []),
         "expects": data.get("expects"),
     }
+    if usage is not None:
+        info["usage"] = usage
     exchanges[0] = replace(exchanges[0], meta={**exchanges[0].meta, "scenario_info": info})
     return exchanges
 
