@@ -469,9 +469,14 @@ def test_a_miss_after_a_faulted_request_names_the_likely_cause() -> None:
     assert message.startswith("The previous request of this session (#1) got the fault")
     assert "malformed_tool_args" in message and TOOL in message
     assert "No recording matches this request" in message
-    # Without a faulted request before it, a miss says only what it always said.
+    # Without a faulted request before it, a miss says only what it always said; so
+    # does one after a fault that still delivered the answer (no re-ask then).
     plain = pair.send(reask, session="other").error["message"]
     assert plain.startswith("No recording matches this request")
+    pair.arm({"type": "latency", "delay_ms": 1})
+    pair.send(request_body(TOOL, stream=False), session="slow")
+    after_latency = pair.send(reask, session="slow").error["message"]
+    assert after_latency.startswith("No recording matches this request")
     anthropic = pair.send(
         {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
         path=MESSAGES,

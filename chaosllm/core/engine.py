@@ -46,6 +46,7 @@ from chaosllm.core.journal import Journal, JournalEntry, ending_of, head_status
 from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
 from chaosllm.errors import InvalidRequest, NoMatch
 from chaosllm.faults import (
+    FAULT_TYPES,
     FaultBoard,
     FaultContext,
     FaultSpec,
@@ -467,6 +468,9 @@ class Engine:
         fault = previous.record.fault if previous is not None else None
         if previous is None or fault is None:
             return ""
+        entry = FAULT_TYPES.get(str(fault.get("type")))
+        if entry is not None and entry.delivers_answer:
+            return ""  # the client got the answer: its next request is no re-ask
         broken = previous.record.recording
         return (
             f"The previous request of this session (#{previous.seq}) got the fault "
