@@ -63,7 +63,9 @@ class App:
             return
         answer = json.dumps({"path": scope["path"], "length": size}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(answer))]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # As Starlette does (no route takes CONNECT): a 2xx would switch protocols in h11.
+        status = 405 if scope["method"] == "CONNECT" else 200
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
 
 
@@ -90,13 +92,17 @@ class Served:
 
 @pytest.fixture(scope="module")
 def errors() -> Iterator[Errors]:
+    """Errors the servers log, and those the event loop logs for them (an exception
+    escaping a protocol callback)."""
     handler = Errors()
-    logger = logging.getLogger("chaosllm.wire")
-    logger.addHandler(handler)
+    loggers = [logging.getLogger("chaosllm.wire"), logging.getLogger("asyncio")]
+    for logger in loggers:
+        logger.addHandler(handler)
     try:
         yield handler
     finally:
-        logger.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
 
 
 @contextlib.contextmanager
@@ -202,6 +208,7 @@ def health(served: Served) -> int:
 @FUZZ
 @given(data=raw_requests)
 def test_any_request_bytes(servers: dict[str, Served], errors: Errors, data: bytes) -> None:
+    errors.records.clear()
     for name, served in servers.items():
         answer = exchange(served, data)
         assert not answer or answer.startswith(b"HTTP/1.1 "), (name, answer[:200])
