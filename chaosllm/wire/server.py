@@ -751,7 +751,7 @@ class _Conn(asyncio.Protocol):
             )
         if not self.busy:
             self._pump()
-        elif self.queued > MAX_STASH and not self.read_paused:
+        elif self.queued + self.body_size > MAX_STASH and not self.read_paused:
             self._pause_reading()
 
     def eof_received(self) -> bool:
@@ -892,6 +892,8 @@ class _Conn(asyncio.Protocol):
         req.body = parts[0] if len(parts) == 1 else b"".join(parts)
         self.parts = []
         req.size = self.body_size + self.head_size + 64
+        self.body_size = 0
+        self.url = b""
         self.pstate = _IDLE
         self.queue.append(req)
         self.queued += req.size
