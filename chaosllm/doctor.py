@@ -19,8 +19,9 @@ ambiguous              warning   the same request recorded in several scenarios 
                                  active scenario and on order
 orphan_tool_call       error     a recorded conversation has a tool call no tool message
                                  answers (or a tool message answering none, or null tool
-                                 content); a trace turn ends on a tool_calls step, or a
-                                 step's expected_tool_results answer no earlier call
+                                 content), or a trace step's expected_tool_results answer
+                                 no earlier call; a warning when a trace turn ends on a
+                                 tool_calls step (fine when the agent stops there)
 never_matches          error     a recording no request can reach: its request is one the
                                  server refuses before matching (invalid for the provider,
                                  an unknown endpoint), or it holds a key-shaped secret that
@@ -29,7 +30,12 @@ schema_mismatch        error     a structured answer that does not match its own
                                  ``json_schema`` (replay refuses it: re-record it)
 malformed_tool_args    warning   an answer's tool-call arguments are not valid JSON
 unredacted_secret      error     a string shaped like an API key, or a credential header
-                                 with a value, is stored in the file
+                                 with a value, is stored in the file (not: a filter's
+                                 placeholder such as vcrpy's ``AUTHORIZATION-XXX``, the
+                                 ``openai-organization``/``openai-project`` ids, Cloudflare's
+                                 bot-management cookies)
+model_name_clash       warning   two traces answer as one ``model_name``: a request for it
+                                 cannot choose one without ``POST /__scenario``
 =====================  ========  ===========================================================
 
 Exit status of the command: 1 when there is an error (or, with ``--strict``, a
@@ -66,6 +72,7 @@ CHECKS = (
     "schema_mismatch",
     MALFORMED_TOOL_ARGS.name,  # the recording already has the damage that fault injects
     "unredacted_secret",
+    "model_name_clash",
 )
 
 _KEY = re.compile("|".join(KEY_PATTERNS))
@@ -159,6 +166,43 @@ def _secret_problems(path: str, text: str, data: JSON) -> list[Problem]:
     return problems
 
 
+_IDENTIFIER_HEADERS = frozenset({"openai-organization", "openai-project"})
+"""Headers that name an account (``org-...``, ``proj_...``): identifiers, not credentials
+(the API sends them back in every response)."""
+
+_PLACEHOLDER = re.compile(
+    r"XXX|REDACTED|FILTERED|DUMMY|PLACEHOLDER|\A\s*<[^<>]*>\s*\Z|\A\s*\*+\s*\Z",
+    re.IGNORECASE,
+)
+"""What a recording filter writes instead of a credential (vcrpy's ``filter_headers``
+replacements such as ``AUTHORIZATION-XXX``, ``<API_KEY>``, ``***``)."""
+
+_CLOUDFLARE_COOKIES = frozenset(
+    {"__cf_bm", "_cfuvid", "__cflb", "__cfruid", "__cfseq", "cf_clearance", "__cfwaitingroom"}
+)
+"""Cookies Cloudflare sets on any API response (bot management, load balancing)."""
+
+
+def _cloudflare_cookie(value: str) -> bool:
+    """Whether a (set-)cookie header only holds Cloudflare's own cookies."""
+    if value.lstrip().lower().startswith(("set-cookie:", "cookie:")):
+        value = value.split(":", 1)[1]
+    names = [
+        part.split("=", 1)[0].strip()
+        for part in re.split(r"[;,]\s*(?=[^;,=\s]+=)", value)
+        if "=" in part
+    ]
+    attributes = {"path", "expires", "domain", "max-age", "samesite", "secure", "httponly"}
+    cookies = [n for n in names if n.lower() not in attributes]
+    return bool(cookies) and all(n in _CLOUDFLARE_COOKIES for n in cookies)
+
+
+def _not_a_secret(header: str, value: str) -> bool:
+    if header in _IDENTIFIER_HEADERS or _PLACEHOLDER.search(value):
+        return True
+    return header in ("cookie", "set-cookie") and _cloudflare_cookie(value)
+
+
 def _credential_headers(data: JSON, where: str) -> Iterable[tuple[str, str]]:
     if isinstance(data, dict):
         for key, value in data.items():
@@ -169,8 +213,9 @@ def _credential_headers(data: JSON, where: str) -> Iterable[tuple[str, str]]:
                         isinstance(item, str)
                         and item.strip()
                         and REDACTED not in item
-                        and not _KEY.search(item)
-                    ):  # key shapes are reported already
+                        and not _KEY.search(item)  # key shapes are reported already
+                        and not _not_a_secret(key.lower(), item)
+                    ):
                         yield at, item
             else:
                 yield from _credential_headers(value, at)
@@ -191,7 +236,11 @@ def _exchange_problems(exchange: Exchange) -> list[Problem]:
     where = f"{exchange.name}: " if _one_of_a_run(exchange) else ""
     problems: list[Problem] = []
     provider = PROVIDERS[exchange.provider]
-    if exchange.stored_digest is not None and exchange.stored_digest != exchange.digest:
+    if (
+        exchange.stored_digest is not None
+        and exchange.stored_digest != exchange.digest
+        and exchange.keyed_by != Keying.SEQUENCE  # a step's digest names it, keys nothing
+    ):
         if exchange.keyed_by == Keying.HASH_KEYED:
             message = (
                 f"the file's request_digest {exchange.stored_digest[:16]}... conflicts "
@@ -290,8 +339,10 @@ def _tool_calls(answer: JSON) -> list[dict[str, Any]]:
 
 
 def _trace_problems(steps: Sequence[Exchange]) -> list[Problem]:
-    """A trace's tool calls must be consumed by a later step of their turn, and the tool
-    results a step expects must answer calls an earlier step made."""
+    """The tool results a trace step expects must answer calls an earlier step made, and
+    a step that follows tool calls in its turn should expect their results when it lists
+    any. A turn may end on a tool_calls step (an approval denied, an auth gate: the
+    agent stops there), as real traces do: a warning only."""
     problems: list[Problem] = []
     made: set[str] = set()
     for i, step in enumerate(steps):
@@ -319,11 +370,12 @@ def _trace_problems(steps: Sequence[Exchange]) -> list[Problem]:
         if following is None or following.meta.get("trace", {}).get("turn") != turn:
             problems.append(
                 Problem(
-                    "error",
+                    "warning",
                     "orphan_tool_call",
                     path,
                     f"{step.name}: the turn ends on a tool_calls step ({', '.join(map(str, ids))}):"
-                    f" no later step consumes their results (end each turn with a text step)",
+                    f" no later step consumes their results -- fine when the agent stops there "
+                    f"(an approval denied, an auth gate)",
                 )
             )
             continue
@@ -341,6 +393,33 @@ def _trace_problems(steps: Sequence[Exchange]) -> list[Problem]:
                         f"{', '.join(map(str, missing))} of the step before",
                     )
                 )
+    return problems
+
+
+def _model_clashes(runs: dict[str, list[Exchange]]) -> list[Problem]:
+    """Traces answering as one model_name: a request naming it cannot choose one."""
+    by_model: dict[str, list[str]] = {}
+    for scenario, steps in runs.items():
+        model = steps[0].meta.get("trace", {}).get("model_name")
+        if isinstance(model, str):
+            by_model.setdefault(model, []).append(scenario)
+    problems: list[Problem] = []
+    for model, scenarios in by_model.items():
+        if len(scenarios) < 2:
+            continue
+        files = [runs[s][0].source or s for s in scenarios]
+        for scenario, source in zip(scenarios[1:], files[1:], strict=True):
+            problems.append(
+                Problem(
+                    "warning",
+                    "model_name_clash",
+                    source,
+                    f"trace {scenario} has the model_name {model!r} of {scenarios[0]} "
+                    f"({files[0]}): a request for that model cannot choose between them "
+                    f"(it gets a 404 saying so) unless it selects one with POST /__scenario; "
+                    f"give each trace its own model_name",
+                )
+            )
     return problems
 
 
@@ -413,9 +492,15 @@ def diagnose(dirs: Sequence[Path]) -> Report:
                 continue
             for exchange in found:
                 report.problems.extend(_exchange_problems(exchange))
-            if found and found[0].keyed_by == Keying.SEQUENCE:
-                report.problems.extend(_trace_problems(found))
             exchanges.extend(found)
     report.recordings = len(exchanges)
+    # A trace's steps, whether one file holds them or `chaosllm import` wrote one per file.
+    runs: dict[str, list[Exchange]] = {}
+    for exchange in exchanges:
+        if exchange.keyed_by == Keying.SEQUENCE:
+            runs.setdefault(exchange.scenario, []).append(exchange)
+    for steps in runs.values():
+        report.problems.extend(_trace_problems(steps))
+    report.problems.extend(_model_clashes(runs))
     report.problems.extend(_key_problems(exchanges))
     return report

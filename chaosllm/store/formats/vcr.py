@@ -7,7 +7,9 @@ A cassette is ``{"interactions": [{"request": ..., "response": ...}, ...],
 the transport, so a gzip-encoded answer is a YAML ``!!binary`` string with
 ``Content-Encoding: gzip`` (unless the cassette was recorded with
 ``decode_compressed_response=True``). Cassettes from older vcrpy versions'
-httpx support (``content``, ``status_code``) are read too.
+httpx support (``content``, ``status_code``) are read too, and so are those of
+pydantic-ai's serializer, which keeps a JSON body parsed as ``parsed_body``
+instead of ``body``. A body that is really missing is an error that says so.
 
 Every ``POST .../chat/completions`` interaction becomes one exchange keyed by
 its request like a native recording (other interactions are skipped); a
@@ -89,9 +91,21 @@ def _text(raw: Any, encoding: str, source: str, where: str) -> str:
         raise RecordingError(source, f"{where} is not UTF-8 text: {exc}") from exc
 
 
-def _request_body(raw: Any, source: str, where: str) -> dict[str, Any]:
+def _missing(where: str) -> str:
+    return (
+        f"{where} is missing (neither body nor parsed_body was recorded): re-record the "
+        f"cassette, or check the serializer keeps bodies"
+    )
+
+
+def _request_body(request: dict[str, Any], source: str, where: str) -> dict[str, Any]:
+    parsed = request.get("parsed_body")
+    if isinstance(parsed, dict) and request.get("body") is None:  # pydantic-ai's serializer
+        return parsed
+    raw = request.get("body")
     if isinstance(raw, dict) and "string" in raw:  # some serializers nest it too
         raw = raw["string"]
+    _require(raw is not None and raw != "", source, _missing(where))
     text = _text(raw, "", source, where)
     try:
         body = json.loads(text)
@@ -147,7 +161,7 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         provider = _provider(path)
         if method != "POST" or provider is None:
             continue  # not a chat completion: nothing chaosllm serves
-        body = redactor.body(_request_body(request.get("body"), source, f"{where}.request.body"))
+        body = redactor.body(_request_body(request, source, f"{where}.request.body"))
         status = _status(response, source, f"{where}.response")
         headers = _headers(response.get("headers"))
         header = {name: value for name, value in headers}
@@ -155,6 +169,10 @@ def parse(data: JSON, *, source: str, scenario: str) -> list[Exchange]:
         raw = raw.get("string") if isinstance(raw, dict) else raw
         if raw is None and "content" in response:  # older vcrpy httpx cassettes
             raw = response["content"]
+        parsed = response.get("parsed_body")
+        if raw is None and parsed is not None:  # pydantic-ai's serializer: JSON kept parsed
+            raw = parsed if isinstance(parsed, str) else json.dumps(parsed)
+        _require(raw is not None, source, _missing(f"{where}.response.body"))
         text = _text(raw, header.get("content-encoding", ""), source, f"{where}.response.body")
         streamed = "text/event-stream" in header.get("content-type", "") or (
             body.get("stream") is True and text.lstrip().startswith(("data:", "event:"))
