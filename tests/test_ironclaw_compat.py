@@ -52,7 +52,7 @@ def text_step(content: str, hint: str | None = None) -> dict[str, Any]:
     return step
 
 
-BOUND = {
+BOUND: dict[str, Any] = {
     "model_name": "bound-results",
     "turns": [
         {
@@ -82,7 +82,7 @@ BOUND = {
     ],
 }
 
-TEMPLATED = {
+TEMPLATED: dict[str, Any] = {
     "model_name": "templated-args",
     "turns": [
         {
@@ -105,7 +105,7 @@ TEMPLATED = {
     ],
 }
 
-INTERLEAVED = {
+INTERLEAVED: dict[str, Any] = {
     "model_name": "mission-interleaved",
     "turns": [
         {
@@ -120,7 +120,7 @@ INTERLEAVED = {
     ],
 }
 
-FORCE_TEXT = {
+FORCE_TEXT: dict[str, Any] = {
     "model_name": "force-text",
     "turns": [
         {
@@ -134,7 +134,7 @@ FORCE_TEXT = {
     ],
 }
 
-LEGACY = {
+LEGACY: dict[str, Any] = {
     "model_name": "legacy-recorded",
     "usage": {"input_tokens": 230, "output_tokens": 40, "calls": 3},
     "steps": [
@@ -409,3 +409,68 @@ def test_import_keeps_markers_and_usage(tmp_path: Path) -> None:
     info = RecordingStore.load([out]).scenario_info["legacy"]
     assert info["usage"] == LEGACY["usage"]
     assert [t["user_input"] for t in info["turns"]] == ["hello there", "search for cats"]
+
+
+def test_only_tool_steps_left_for_a_request_without_tools_says_so(tmp_path: Path) -> None:
+    steps: list[dict[str, Any]] = BOUND["turns"][0]["steps"]
+    write(tmp_path, "tools_only", {"model_name": "tools-only", "turns": [BOUND["turns"][0]]})
+    pair = EnginePair.of(tmp_path)
+    assert pair.send(ask("go", model="tools-only"), session="s").status == 200
+    body = ask("go", model="tools-only", tools=False)
+    # Step 2 (tool_calls) is skipped to the text step 3, which is served.
+    assert pair.send(body, session="s").json()["choices"][0]["message"]["content"] == "Read it."
+    fresh = pair.send({**body, "messages": [{"role": "user", "content": "x"}]}, session="t")
+    assert fresh.status == 200  # a new session: steps 1-2 skipped, step 3 served
+    again = pair.send(body, session="t")
+    assert again.status == 404
+    assert "More LLM calls than the trace 'tools_only' has steps" in again.error["message"]
+    write(
+        tmp_path,
+        "tools_only",
+        {
+            "model_name": "tools-only",
+            "turns": [{"user_input": "go", "steps": steps[:2]}],
+        },
+    )
+    only_tools = EnginePair.of(tmp_path).send(body, session="u")
+    assert only_tools.status == 404
+    message = only_tools.error["message"]
+    assert "the 2 step(s) left of 'tools_only' are all tool_calls steps" in message
+
+
+def test_a_bound_step_streams_with_the_resolved_arguments(server: ChaosServer) -> None:
+    call: dict[str, Any] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_create",
+                "type": "function",
+                "function": {"name": "create_file", "arguments": "{}"},
+            }
+        ],
+    }
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Create a file"},
+        call,
+        {
+            "role": "tool",
+            "tool_call_id": "call_create",
+            "content": json.dumps({"file": {"id": "f-streamed", "sizes": [5, 6]}}),
+        },
+    ]
+    with sdk_for(server, "stream") as client:
+        client.chat.completions.create(
+            model="bound-results", messages=chat_messages(messages[:1]), tools=TOOLS
+        )
+        stream = client.chat.completions.create(
+            model="bound-results", messages=chat_messages(messages), tools=TOOLS, stream=True
+        )
+        pieces = [
+            tc.function.arguments or ""
+            for chunk in stream
+            for choice in chunk.choices
+            for tc in choice.delta.tool_calls or []
+            if tc.function is not None
+        ]
+    assert json.loads("".join(pieces)) == {"file_id": "f-streamed", "sizes": [6]}
