@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chaosllm.config import Mode, OnMiss, ServerConfig, session_scenario
+from chaosllm.core import mock_llm
 from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.journal import Journal, JournalEntry, ending_of, head_status
 from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
@@ -331,6 +332,12 @@ class Engine:
         request.fields["findings"] = findings
         if findings and self.config.strict:
             return self._refuse(request, strict_refusal(findings))
+        if mock_llm.MARKER in call.body and mock_llm.hash_keyed_mode(
+            self.store.alias_keyings, provider.name
+        ):
+            directed = self._directed(request)  # DocsGPT's in-band directives win
+            if directed is not None:
+                return directed
         try:
             match = self.matcher.match(provider, body, request.digest, call.session, consume=False)
         except NoMatch as exc:
@@ -359,6 +366,7 @@ class Engine:
         self, request: _Request, exchange: Exchange, extra: Headers, match: Match | None
     ) -> Reply:
         provider = request.call.provider
+        exchange = mock_llm.for_request(exchange, request.body)
         plan = provider.render(exchange, request.body, timing=self.config.timing)
         answer = exchange.response.body
         # Fresh ids only within a session: anonymous requests always get the recording.
@@ -384,6 +392,8 @@ class Engine:
             plan = plan.with_(headers=headers, pieces=pieces if pieces is not None else plan.pieces)
         if estimated:
             request.fields["estimated"] = estimated
+        if request.call.headers:  # the mock LLM's delay headers
+            plan = mock_llm.delayed(plan, request.call.headers)
         entry = self.journal.add(**request.journal_fields(), status=status, ending=ending)
         if fired is not None:
             fired.request_seq = entry.seq
@@ -418,6 +428,14 @@ class Engine:
 
     def _miss(self, request: _Request, exc: NoMatch) -> Decision:
         call, provider = request.call, request.call.provider
+        mocked = provider.name == "openai.chat"
+        if mocked:
+            answered = self._mock_llm_miss(request)
+            if answered is not None:
+                return answered
+            mocked = mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name)
+            if mocked:
+                mock_llm.log_miss(request.body)
         if self.config.mode is Mode.RECORD_MISSING:
             return self._proxy(call, request.body, record=True, miss=True)
         if self.config.on_miss is not OnMiss.FALLBACK:
@@ -440,10 +458,40 @@ class Engine:
             request.digest,
             request.model,
         )
-        answer = provider.fallback(request.body, request.digest)
-        exchange = _rendered(provider, request.body, answer, call.path, request.digest)
+        if mocked:  # the stub's generic answer
+            exchange = mock_llm.fallback_exchange(request.body)
+        else:
+            answer = provider.fallback(request.body, request.digest)
+            exchange = _rendered(provider, request.body, answer, call.path, request.digest)
         request.fields.update(miss=True, match="fallback")
         return self._serve(request, exchange, (("x-chaosllm-match", "fallback"),), None)
+
+    def _directed(self, request: _Request) -> Reply | None:
+        """The answer a DocsGPT in-band directive pins (`chaosllm.core.mock_llm`), if any."""
+        directed = mock_llm.directive_exchange(request.body)
+        if directed is None:
+            return None
+        request.fields.update(match="directive")
+        return self._serve(request, directed, (("x-chaosllm-match", "directive"),), None)
+
+    def _mock_llm_miss(self, request: _Request) -> Decision | None:
+        """A chat request no recording answers, as DocsGPT's stub would answer it: by an
+        in-band directive, or by a ``<hash>.json`` saved into a recordings directory
+        since the load (learnt, then the request handled again)."""
+        call = request.call
+        tried = mock_llm.hash_keyed_mode(self.store.alias_keyings, call.provider.name)
+        if mock_llm.MARKER in call.body and not tried:  # (tried before matching)
+            directed = self._directed(request)
+            if directed is not None:
+                return directed
+        added = mock_llm.added_fixture(self.store.dirs, request.body)
+        key = (call.provider.name, added[0].keyed_by, added[0].digest) if added else None
+        if key is None or key in self.store.by_alias:
+            return None  # none, or known already (and it did not answer)
+        for exchange in added:
+            self.learn(exchange)
+        log.info("[mock-llm] loaded fixture %s saved while serving", added[0].source)
+        return self.handle(call)
 
     def _refuse(self, request: _Request, refusal: Refusal) -> Reply:
         plan = request.call.provider.render_error(

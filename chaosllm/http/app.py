@@ -26,10 +26,12 @@ from chaosllm.http.control import ControlGuard, control_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
+    CORS_HEADERS,
     SESSION_HEADER,
     chaos_state,
     error_response,
     json_body,
+    mock_llm_headers,
     openai_error,
 )
 from chaosllm.model import Exchange
@@ -54,6 +56,7 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
         body=await request.body(),
         session=request.headers.get(SESSION_HEADER),
         method=scope["method"],
+        headers=mock_llm_headers(request.headers.items()),
         query=scope.get("query_string", b""),
     )
     decision = state.handle(call)
@@ -111,7 +114,8 @@ def _route(provider: Provider) -> Callable[[Request], Awaitable[PlanResponse | P
 
 async def embeddings(request: Request) -> Response:
     try:
-        return JSONResponse(embeddings_response(await json_body(request)))
+        answer = embeddings_response(await json_body(request))
+        return JSONResponse(answer, headers=CORS_HEADERS)
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code, param=exc.param)
 
@@ -124,6 +128,17 @@ async def models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok", "recordings": len(chaos_state(request).store.exchanges)})
+
+
+async def healthz(request: Request) -> Response:
+    """DocsGPT's mock LLM's liveness probe, as it answers it."""
+    return JSONResponse({"ok": True}, headers=CORS_HEADERS)
+
+
+async def preflight(request: Request) -> Response:
+    """A browser's CORS preflight of a provider endpoint: allowed, as DocsGPT's mock LLM
+    allows it (never on the control plane)."""
+    return Response(status_code=204, headers=CORS_HEADERS)
 
 
 def _endpoints() -> list[tuple[str, str]]:
@@ -166,7 +181,9 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         ),
         *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
         *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),
+        *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
         Route("/health", health, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
         *control_routes(),
     ]
 

@@ -28,6 +28,7 @@ from chaosllm.providers.base import ErrorKind
 __all__ = ["SESSION_HEADER_BYTES", "DirectHandler"]
 
 SESSION_HEADER_BYTES = b"x-chaosllm-session"
+MOCK_LLM_PREFIX = b"x-mock-llm-"
 
 
 class DirectHandler:
@@ -53,12 +54,21 @@ class DirectHandler:
         if provider is None or state.config.mode is not Mode.REPLAY:
             return None
         session = None
+        mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
         for name, value in headers:
             if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
-                session = value.decode("latin-1")
-                break
+                if session is None:  # the first one, as the app reads it
+                    session = value.decode("latin-1")
+            elif name[:11].lower() == MOCK_LLM_PREFIX:
+                mocked.append((name.decode("latin-1").lower(), value.decode("latin-1")))
         call = ProviderCall(
-            provider=provider, path=path, body=body, session=session, method=method, query=query
+            provider=provider,
+            path=path,
+            body=body,
+            session=session,
+            method=method,
+            headers=tuple(mocked),
+            query=query,
         )
         try:
             decision = state.handle(call)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.requests import Request
@@ -15,14 +16,30 @@ from chaosllm.providers.openai_common import openai_envelope
 
 __all__ = [
     "BAD_JSON",
+    "CORS_HEADERS",
     "SESSION_HEADER",
     "chaos_state",
     "error_response",
     "json_body",
+    "mock_llm_headers",
     "openai_error",
 ]
 
 SESSION_HEADER = "x-chaosllm-session"
+CORS_HEADERS = {
+    "access-control-allow-origin": "*",
+    "access-control-allow-methods": "GET, POST, OPTIONS",
+    "access-control-allow-headers": "*",
+}
+"""Permissive CORS, as DocsGPT's mock LLM answers (provider endpoints only)."""
+
+
+def mock_llm_headers(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The request headers the engine reads (DocsGPT's mock LLM's ``X-Mock-LLM-*``
+    delays), names in lower case; the others are not passed on."""
+    return tuple(
+        (name.lower(), value) for name, value in items if name.lower().startswith("x-mock-llm-")
+    )
 
 
 def openai_error(

@@ -2,7 +2,8 @@
 
 The same input always gets the same unit vector; different inputs get
 different ones; no vector is all-zero (a store that rejects zero vectors
-never sees one). ``dimensions`` is honoured and ``encoding_format: base64``
+never sees one). A model not in `DEFAULT_DIMENSIONS` gets 768 dimensions
+(`FALLBACK_DIMENSIONS`). ``dimensions`` is honoured and ``encoding_format: base64``
 (what the `openai` SDK asks for by default) packs little-endian float32s.
 """
 
@@ -26,15 +27,19 @@ __all__ = [
     "validate_embeddings_request",
 ]
 
-PATHS = ("/v1/embeddings", "/embeddings")
-"""The request paths embeddings are served on (``POST``; errors in OpenAI's envelope)."""
+PATHS = ("/v1/embeddings", "/embeddings", "/v1/v1/embeddings")
+"""The request paths embeddings are served on (``POST``; errors in OpenAI's envelope). The
+doubled one is where DocsGPT posts (``{base}/v1/embeddings`` with a base ending in
+``/v1``), as its mock LLM serves it."""
 
 DEFAULT_DIMENSIONS = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
-FALLBACK_DIMENSIONS = 1536
+FALLBACK_DIMENSIONS = 768
+"""The dimensions of a model chaosllm does not know (a sentence-transformers model such
+as DocsGPT's ``all-mpnet-base-v2``, as DocsGPT's mock LLM answers it)."""
 MAX_DIMENSIONS = 8192
 
 

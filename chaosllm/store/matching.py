@@ -37,9 +37,9 @@ Other fixture formats (`chaosllm.store.formats`) plug in through `Exchange.keyed
 - hash-keyed fixtures are keyed by a digest of their own canonicalisation; when
   any are loaded and the request digest misses, exact matching computes the
   request's digest under that canonicalisation too and looks it up (still
-  O(1)). A miss then logs ``[mock-llm] unknown fixture hash <hash>`` and the
-  request on the next line, as the hash-keyed stub does, so that the answer can
-  be saved as ``<hash>.json``;
+  O(1)). The engine logs a miss as the hash-keyed stub does
+  (`chaosllm.core.mock_llm.log_miss`), so that the answer can be saved as
+  ``<hash>.json``;
 - trace fixtures have no recorded requests: only sequence matching serves
   them. A session with no active scenario picks the trace whose ``model_name``
   is the request's model, or the only trace loaded, so a trace is served in
@@ -54,7 +54,6 @@ exchange served since the last reset is remembered for `unused`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -270,12 +269,7 @@ class Matcher:
                     if consume:
                         self._consume(found, state)
                     return found
-            exhausted = (
-                self._exhausted(state)
-                + self._model_clash(state, body)
-                + self._no_text_step(state, provider, body)
-            )
-        self._log_alias_miss(provider, body)
+            exhausted = self._exhausted(state) + self._model_clash(state, body)
         raise NoMatch(digest, exhausted + self.explain_miss(provider, body, digest))
 
     def consume(self, match: Match, session: str | None = None) -> None:
@@ -310,24 +304,6 @@ class Matcher:
             f"/__reset rewinds the trace for a new run).\n"
         )
 
-    def _no_text_step(self, state: _Session, provider: Provider, body: JSON) -> str:
-        """What a miss says first when a request without tools finds only tool steps."""
-        scenario = state.scenario
-        if scenario is None or scenario not in self.store.sequence_scenarios:
-            return ""
-        left = [
-            e
-            for e in self.store.by_scenario.get(scenario, ())
-            if e.provider == provider.name and e.name not in state.used
-        ]
-        if not left or trace_next_step(left, body) is not None:
-            return ""
-        return (
-            f"The request offers no tools, so it gets the trace's next text step (as "
-            f"TraceLlm's complete() does), but the {len(left)} step(s) left of "
-            f"{scenario!r} are all tool_calls steps: send the tools the agent offers.\n"
-        )
-
     def _model_clash(self, state: _Session, body: JSON) -> str:
         """What a miss says first when several traces answer as the request's model."""
         model = body.get("model") if isinstance(body, dict) else None
@@ -344,19 +320,6 @@ class Matcher:
             f"choose one: {files}. Give each trace its own model_name, or select one with "
             f'POST /__scenario {{"scenario": NAME}} (per session: X-Chaosllm-Session).\n'
         )
-
-    def _log_alias_miss(self, provider: Provider, body: JSON) -> None:
-        """The hash-keyed stub's line for a request no fixture answers, and the request."""
-        if Keying.HASH_KEYED in self.store.alias_keyings.get(provider.name, ()):
-            try:
-                alias = ALIAS_DIGESTS[Keying.HASH_KEYED](body)
-            except (TypeError, ValueError, AttributeError):
-                return
-            log.warning(
-                "[mock-llm] unknown fixture hash %s\n%s",
-                alias,
-                json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-            )
 
     def _try(
         self, strategy: Strategy, provider: Provider, body: JSON, digest: str, state: _Session

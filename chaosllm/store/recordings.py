@@ -123,7 +123,13 @@ class RecordingStore:
     def add(self, exchange: Exchange) -> None:
         """Add one exchange (a new recording) at the end, without reloading."""
         self.exchanges.append(exchange)
-        self.by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
+        if exchange.keyed_by in (Keying.REQUEST, Keying.SEQUENCE):
+            self.by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
+        else:  # a fixture keyed by its own digest (a hash-keyed one saved while serving)
+            key = (exchange.provider, exchange.keyed_by, exchange.digest)
+            self.by_alias.setdefault(key, []).append(exchange)
+            keyings = self.alias_keyings.get(exchange.provider, frozenset())
+            self.alias_keyings[exchange.provider] = keyings | {exchange.keyed_by}
         self.by_scenario.setdefault(exchange.scenario, []).append(exchange)
 
     def models(self) -> list[str]:

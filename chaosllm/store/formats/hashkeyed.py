@@ -6,13 +6,15 @@ A fixture is ``<sha256>.json`` holding a canned answer::
      "response": {"content": "...", "tool_calls": null, "finish_reason": "stop",
                   "usage": {"prompt_tokens": 12, "completion_tokens": 34}}}
 
-The hash is a SHA-256 over that document's own canonicalisation of the request
-(`canonical`, `request_digest`): model, messages reduced to
-role/content/name/tool_call_id/tool_calls, and tool_choice -- no tools and no
-response_format, unlike chaosllm's digest. The request itself is not in the
-file, so a fixture becomes an exchange keyed by its hash (`Keying.HASH_KEYED`):
-the exact matcher computes this digest of an incoming request only when such
-fixtures are loaded and looks it up in a second dict, still O(1).
+The hash is a SHA-256 over DocsGPT's stub's own canonicalisation of the request
+(`canonical`, `request_digest`, as its ``_compute_request_digest``): model, messages
+reduced to role and content (always, None when absent) plus
+name/tool_call_id/tool_calls when present, entries that are not objects skipped, and
+tool_choice -- no tools and no response_format, unlike chaosllm's digest. The
+request itself is not in the file, so a fixture becomes an exchange keyed by its
+hash (`Keying.HASH_KEYED`): the exact matcher computes this digest of an incoming
+request only when such fixtures are loaded and looks it up in a second dict, still
+O(1).
 
 The answer is built once, at load time, as the stub serves it: a
 ``chat.completion`` body, and the frames of a stream -- content split into ~5
@@ -20,9 +22,12 @@ deltas by character length, only the last carrying ``finish_reason``; tool
 calls as one delta holding the whole ``tool_calls`` array, then an empty delta
 carrying ``finish_reason`` -- recorded as chunks, which the OpenAI provider
 replays verbatim. ``usage.total_tokens`` is always the sum; a missing
-``completion_tokens`` is estimated from the answer (~4 characters a token) and
-a missing ``prompt_tokens`` is 0 (the request is not known when the fixture is
-loaded).
+``completion_tokens`` is estimated from the content as the stub does
+(`estimate_tokens`: ``max(1, len // 4)``, 0 for none). A missing ``prompt_tokens``
+is 0 here (the request is not known when the fixture is loaded): the engine serves
+the stub's estimate over the request's messages, and the request's model, through
+`chaosllm.core.mock_llm.for_request` (the usage the fixture gave is kept in
+``meta["usage"]``).
 """
 
 from __future__ import annotations
@@ -45,9 +50,12 @@ __all__ = [
     "MESSAGE_KEYS",
     "MODEL",
     "canonical",
+    "canonical_messages",
     "completion",
     "detect",
+    "estimate_tokens",
     "looks_like",
+    "messages_text",
     "parse",
     "parse_file",
     "request_digest",
@@ -58,6 +66,7 @@ FIXTURE_NAME = re.compile(r"[0-9a-f]{64}")
 """The stem of a fixture file: a lower-case hex SHA-256."""
 
 MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_call_id", "tool_calls"})
+_OPTIONAL_KEYS = ("name", "tool_call_id", "tool_calls")
 
 MODEL = "mock-llm"
 """The ``model`` of the answers (the request, hence its model, is not in the fixture)."""
@@ -67,14 +76,31 @@ STREAM_PIECES = 5
 _RESPONSE_KEYS = frozenset({"content", "tool_calls", "finish_reason", "usage"})
 
 
+def canonical_messages(messages: Any) -> list[dict[str, Any]]:
+    """The messages as the stub's ``_canonical_messages`` keeps them: ``role`` and
+    ``content`` always (None when absent, as the openai SDK sends an assistant turn that
+    only calls tools), ``name``/``tool_call_id``/``tool_calls`` when present; entries that
+    are not objects are skipped."""
+    if not messages or not isinstance(messages, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        entry: dict[str, Any] = {"role": msg.get("role"), "content": msg.get("content")}
+        for key in _OPTIONAL_KEYS:
+            if key in msg:
+                entry[key] = msg[key]
+        out.append(entry)
+    return out
+
+
 def canonical(payload: JSON) -> dict[str, Any]:
-    """What the fixture hash covers, exactly as the seed document's snippet computes it."""
+    """What the fixture hash covers, exactly as DocsGPT's stub (``_compute_request_digest``)
+    computes it: its code, not the seed document's snippet, is the reference."""
     return {
         "model": payload.get("model"),
-        "messages": [
-            {k: v for k, v in msg.items() if k in MESSAGE_KEYS} if isinstance(msg, dict) else msg
-            for msg in payload.get("messages", [])
-        ],
+        "messages": canonical_messages(payload.get("messages")),
         "tool_choice": payload.get("tool_choice"),
     }
 
@@ -101,8 +127,28 @@ def _require(cond: bool, source: str, problem: str) -> None:
         raise RecordingError(source, problem)
 
 
-def _tokens(text: str) -> int:
-    return math.ceil(len(text) / 4)
+def estimate_tokens(text: str) -> int:
+    """The stub's estimate (``_estimate_tokens``): 0 for no text, else ~4 characters a token."""
+    return max(1, len(text) // 4) if text else 0
+
+
+def messages_text(messages: Any) -> str:
+    """The text parts of the messages, one a line (the stub's ``_messages_text``): string
+    contents and the ``text`` of content parts."""
+    if not messages or not isinstance(messages, list):
+        return ""
+    parts: list[str] = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        content = msg.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+    return "\n".join(parts)
 
 
 def completion(response: dict[str, Any], digest: str) -> dict[str, Any]:
@@ -114,10 +160,7 @@ def completion(response: dict[str, Any], digest: str) -> dict[str, Any]:
         message["tool_calls"] = calls
     usage = response.get("usage") or {}
     prompt = usage.get("prompt_tokens", 0)
-    estimate = _tokens(content or "") + sum(
-        _tokens(c["function"]["name"] + c["function"]["arguments"]) for c in calls or ()
-    )
-    completion_tokens = usage.get("completion_tokens", estimate)
+    completion_tokens = usage.get("completion_tokens", estimate_tokens(content or ""))
     return {
         "id": "chatcmpl-mock-" + digest[:24],
         "object": "chat.completion",
@@ -258,7 +301,13 @@ def parse(data: JSON, *, source: str, scenario: str, stem: str) -> Exchange:
     body = completion(response, stem)
     chunks = tuple(RecordedChunk(f) for f in stream_frames(body))
     stored = data.get("request_digest")
-    meta: dict[str, Any] = {"format": "hash-keyed"}
+    usage = response.get("usage")
+    meta: dict[str, Any] = {
+        "format": "hash-keyed",
+        "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens") if k in usage}
+        if isinstance(usage, dict)
+        else {},
+    }
     if isinstance(data.get("description"), str):
         meta["description"] = data["description"]
     if isinstance(data.get("_comment"), str):  # DocsGPT's fixtures describe themselves so
