@@ -171,8 +171,8 @@ _IDENTIFIER_HEADERS = frozenset({"openai-organization", "openai-project"})
 (the API sends them back in every response)."""
 
 _PLACEHOLDER = re.compile(
-    r"XXX|REDACTED|FILTERED|DUMMY|PLACEHOLDER|\A\s*<[^<>]*>\s*\Z|\A\s*\*+\s*\Z",
-    re.IGNORECASE,
+    r"\A\s*(?:(?:Bearer|Basic|Token)\s+)?"
+    r"(?:[A-Z0-9_-]*(?:XXX|REDACTED|FILTERED|DUMMY|PLACEHOLDER)[A-Z0-9_-]*|<[^<>]*>|\*+)\s*\Z"
 )
 """What a recording filter writes instead of a credential (vcrpy's ``filter_headers``
 replacements such as ``AUTHORIZATION-XXX``, ``<API_KEY>``, ``***``)."""

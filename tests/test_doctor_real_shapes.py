@@ -219,6 +219,25 @@ def test_a_real_key_or_session_cookie_still_fails(tmp_path: Path) -> None:
     assert "credential header" in found["cookie.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("value", "secret"),
+    [
+        ("AUTHORIZATION-XXX", False),
+        ("Bearer <OPENAI_API_KEY>", False),
+        ("***", False),
+        ("DUMMY", False),
+        ("Bearer a9XXXq2ZrT7mWvB1", True),  # XXX inside a token is not a placeholder
+        ("Bearer eyJhbGciOiJIUzI1NiJ9.e30.xXx", True),
+    ],
+)
+def test_only_whole_placeholders_pass(tmp_path: Path, value: str, secret: bool) -> None:
+    write_cassette(
+        tmp_path / "c.yaml",
+        {"interactions": [vcr_interaction({"authorization": [value]}, {})], "version": 1},
+    )
+    assert bool(diagnose([tmp_path]).errors) is secret
+
+
 def pydantic_ai_cassette() -> dict[str, Any]:
     """As pydantic-ai's JSON-body serializer writes a cassette: JSON bodies kept parsed
     (``parsed_body``) instead of vcrpy's raw ``body``."""
