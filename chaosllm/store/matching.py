@@ -43,8 +43,12 @@ Other fixture formats (`chaosllm.store.formats`) plug in through `Exchange.keyed
 - trace fixtures have no recorded requests: only sequence matching serves
   them. A session with no active scenario picks the trace whose ``model_name``
   is the request's model, or the only trace loaded, so a trace is served in
-  order per session without ``POST /__scenario``. A request past its last step
-  is a miss that says so.
+  order per session without ``POST /__scenario``; the next step is chosen as
+  IronClaw's TraceLlm chooses it (`chaosllm.store.formats.trace.next_step`: by
+  hint for interleaved threads, the next text step for a request without
+  tools). A request past its last step, one for a model_name that several
+  traces share, or one without tools when only tool steps are left, is a miss
+  that says so.
 
 The live workspace (`set_workspace`, ``POST /__workspace``) is turned back into
 ``<WORKSPACE>`` in requests before they are keyed (`chaosllm.store.templating`). Every

@@ -9,7 +9,12 @@ exchange, and the file one scenario whose exchanges are in call order
 (`Keying.SEQUENCE`: a trace records answers, not requests, so only the sequence
 matcher serves them -- the next unserved step of the session's trace, chosen
 without ``POST /__scenario`` when the request's model is the trace's
-``model_name`` or when only one trace is loaded).
+``model_name`` or when only one trace is loaded). Which step is "next" is
+`next_step`'s, as IronClaw's ``TraceLlm`` picks it: a later step whose
+``request_hint`` fits serves a thread interleaved with another, and a request
+that offers no tools gets the next ``text`` step. A flat trace's ``user_input``
+markers split it into turns (as ``TraceLlm`` does), and a top-level ``usage``
+object is kept with the trace's context.
 
 What a step says about the request it answers is kept in the exchange's meta
 and checked on replay (`chaosllm.core.oracle`): ``request_hint`` (soft: a warning
