@@ -273,7 +273,11 @@ class Matcher:
                     if consume:
                         self._consume(found, state)
                     return found
-            exhausted = self._exhausted(state) + self._model_clash(state, body)
+            exhausted = (
+                self._exhausted(state)
+                + self._model_clash(state, body)
+                + self._no_text_step(state, provider, body)
+            )
         raise NoMatch(digest, exhausted + self.explain_miss(provider, body, digest))
 
     def consume(self, match: Match, session: str | None = None) -> None:
@@ -306,6 +310,24 @@ class Matcher:
             f"its text/tool_calls steps were served to this session, and this is call "
             f"{len(steps) + 1}. The client made a call the trace did not record (POST "
             f"/__reset rewinds the trace for a new run).\n"
+        )
+
+    def _no_text_step(self, state: _Session, provider: Provider, body: JSON) -> str:
+        """What a miss says first when a request without tools finds only tool steps."""
+        scenario = state.scenario
+        if scenario is None or scenario not in self.store.sequence_scenarios:
+            return ""
+        left = [
+            e
+            for e in self.store.by_scenario.get(scenario, ())
+            if e.provider == provider.name and e.name not in state.used
+        ]
+        if not left or trace_next_step(left, body) is not None:
+            return ""
+        return (
+            f"The request offers no tools, so it gets the trace's next text step (as "
+            f"TraceLlm's complete() does), but the {len(left)} step(s) left of "
+            f"{scenario!r} are all tool_calls steps: send the tools the agent offers.\n"
         )
 
     def _model_clash(self, state: _Session, body: JSON) -> str:
