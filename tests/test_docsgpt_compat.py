@@ -358,6 +358,10 @@ def test_healthz_cors_and_preflight(server: ChaosServer) -> None:
             assert preflight.headers["access-control-allow-origin"] == "*"
             assert "POST" in preflight.headers["access-control-allow-methods"]
         assert http.options("/__requests").status_code != 204
+        answered = http.post("/v1/chat/completions", json=AFTER_CALL)
+        assert answered.status_code == 200
+        assert answered.headers["access-control-allow-origin"] == "*"
+        assert "access-control-allow-origin" not in http.get("/__requests").headers
 
 
 def test_embeddings_where_docsgpt_posts_them(server: ChaosServer) -> None:

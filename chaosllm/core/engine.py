@@ -383,6 +383,8 @@ class Engine:
             assert match is not None
             self.matcher.consume(match, request.call.session)
         extra += (("x-chaosllm-digest", request.digest),)
+        if mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name):
+            extra += mock_llm.CORS_HEADERS  # as DocsGPT's stub answers
         if pieces is None and fired is None:
             plan, status, ending, estimated = self._headed_plan(plan, extra, request, exchange)
         else:  # faulted, or fresh ids: a plan of its own, not kept

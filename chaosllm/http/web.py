@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from chaosllm.core import mock_llm
 from chaosllm.core.engine import BAD_JSON, parse_json
 from chaosllm.http.state import ChaosState
 from chaosllm.providers import DEFAULT_PROVIDER, provider_for_path
@@ -26,11 +27,7 @@ __all__ = [
 ]
 
 SESSION_HEADER = "x-chaosllm-session"
-CORS_HEADERS = {
-    "access-control-allow-origin": "*",
-    "access-control-allow-methods": "GET, POST, OPTIONS",
-    "access-control-allow-headers": "*",
-}
+CORS_HEADERS = dict(mock_llm.CORS_HEADERS)
 """Permissive CORS, as DocsGPT's mock LLM answers (provider endpoints only)."""
 
 
