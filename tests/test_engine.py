@@ -116,6 +116,9 @@ def test_a_miss_names_the_digest_and_the_nearest_recordings(pair: EnginePair) ->
     assert digest[:8] in error["message"] and "knowledge/0001" in error["message"]
     assert "'What is the capital of France?' != 'What is the capital of Peru?'" in error["message"]
     assert answer.headers["x-chaosllm-match"] == "miss"
+    # Paths relative to the recordings directory: a client reads no path of the machine.
+    assert "(similarity 0.70, recordings/knowledge/0001.json)" in error["message"]
+    assert str(Path(__file__).resolve().parent.parent) not in error["message"]
     record = answer.record
     assert record["miss"] is True and record["status"] == 404 and record["recording"] is None
 

@@ -59,10 +59,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from chaosllm.config import DEFAULT_ORDER, Strategy, session_scenario
 from chaosllm.errors import ConfigError, NoMatch, UnknownScenario
@@ -339,7 +341,7 @@ class Matcher:
         if len(clash) < 2:
             return ""
         files = ", ".join(
-            f"{s} ({self.store.by_scenario[s][0].source or 'in memory'})" for s in clash
+            f"{s} ({self._where(self.store.by_scenario[s][0])})" for s in clash
         )
         return (
             f"{len(clash)} traces share the model_name {model!r}, so the model cannot "
@@ -467,6 +469,11 @@ class Matcher:
         with self._lock:
             self._ensure_index()
 
+    def _where(self, exchange: Exchange) -> str:
+        if not exchange.source:
+            return "in memory"
+        return _relative(exchange.source, self.store.dirs)
+
     def explain_miss(self, provider: Provider, body: JSON, digest: str) -> str:
         model = body.get("model") if isinstance(body, dict) else None
         lines = [
@@ -481,8 +488,7 @@ class Matcher:
             for exchange, score in nearest:
                 diffs = _differences(provider.canonical(exchange.request.body), canonical)
                 lines.append(
-                    f"  {exchange.name} (similarity {score:.2f}, "
-                    f"{exchange.source or 'in memory'}): "
+                    f"  {exchange.name} (similarity {score:.2f}, {self._where(exchange)}): "
                     + ("; ".join(diffs) if diffs else "differs only in volatile values")
                 )
         elif not self.store.sequence_scenarios:
@@ -510,6 +516,17 @@ class Matcher:
             "--on-miss fallback, or see what is loaded with `chaosllm ls`."
         )
         return "\n".join(lines)
+
+
+def _relative(source: str, dirs: Sequence[Path]) -> str:
+    """`source` relative to the recordings directory it is under, spelt with that
+    directory's last component (``recordings/knowledge/0001.json``): an error a client
+    reads names no absolute path of the machine."""
+    for root in dirs:
+        top = str(root).rstrip(os.sep)
+        if source.startswith(top + os.sep):
+            return f"{os.path.basename(top) or top}/{source[len(top) + 1 :]}".replace(os.sep, "/")
+    return os.path.basename(source)
 
 
 def _cursor_key(exchange: Exchange) -> Cursor:
