@@ -273,7 +273,10 @@ class ChaosServer:
         A `control_token`, when given, is required on every HTTP control call
         (``--control-token``); `allow_hosts` are names the control plane answers besides
         loopback ones (``--allow-host``). The methods here call the state directly:
-        neither applies to them."""
+        neither applies to them. `server` is ``"builtin"`` (asyncio protocols and
+        httptools, on uvloop where installed), ``"h11"`` (its pure-Python fallback) or
+        ``"uvicorn"``; `max_connections` bounds the connections a builtin server holds
+        (``--max-connections``: when full, the oldest idle one is closed for a new one)."""
         given: list[Path] | None
         if recordings is None:
             given = None
