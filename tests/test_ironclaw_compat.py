@@ -368,7 +368,7 @@ def test_two_traces_sharing_a_model_name_say_so(tmp_path: Path) -> None:
     # Named relative to the recordings directory (no absolute path of the machine).
     top = tmp_path.name
     assert f"{top}/a/one.json" in message and f"{top}/b/two.json" in message
-    assert str(first) not in message
+    assert str(first) not in message and str(second) not in message
     assert "No recordings of this provider are loaded" not in message
 
 

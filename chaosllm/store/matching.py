@@ -340,9 +340,7 @@ class Matcher:
         clash = [s for s, m in self.store.sequence_scenarios.items() if m == model]
         if len(clash) < 2:
             return ""
-        files = ", ".join(
-            f"{s} ({self._where(self.store.by_scenario[s][0])})" for s in clash
-        )
+        files = ", ".join(f"{s} ({self._where(self.store.by_scenario[s][0])})" for s in clash)
         return (
             f"{len(clash)} traces share the model_name {model!r}, so the model cannot "
             f"choose one: {files}. Give each trace its own model_name, or select one with "
