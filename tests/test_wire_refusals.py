@@ -363,3 +363,40 @@ def test_a_client_that_reads_slowly_gets_a_large_streamed_plan_whole(
             time.sleep(0.01)
         report = r.app.reports[0]
         assert (report.outcome, report.bytes_sent) == (Outcome.COMPLETE, len(piece) * 100)
+
+
+# -- heads and pipelining ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["header", "target"])
+def test_a_head_over_64_kib_gets_431(server_class: ServerClass, where: str) -> None:
+    big = "x" * 100_000
+    if where == "header":
+        request = f"GET /echo HTTP/1.1\r\nHost: test\r\nX-Big: {big}\r\n\r\n"
+    else:
+        request = f"GET /echo?{big} HTTP/1.1\r\nHost: test\r\n\r\n"
+    with running(server_class) as r:
+        with r.connect() as sock:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                # Sent in pieces, as a slow client would: no single read holds the head.
+                for start in range(0, len(request), 4096):
+                    sock.sendall(request[start : start + 4096].encode())
+                    time.sleep(0.005)
+            data = read_until_eof(sock)
+        assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+        assert r.app.seen == []
+        with r.connect() as sock:  # a large head that arrives at once is fine
+            sock.sendall(get("/echo", "X-Fine: " + "y" * 20_000 + "\r\n"))
+            assert one_response(sock)[0] == 200
+
+
+def test_a_thousand_pipelined_requests_are_answered_in_order(server_class: ServerClass) -> None:
+    with running(server_class) as r, r.connect() as sock:
+        sock.sendall(b"".join(get(f"/echo?n={i}") for i in range(1000)))
+        data = b""
+        while data.count(b'"path"') < 1000:
+            got = sock.recv(65536)
+            assert got, "EOF before the last answer"
+            data += got
+        assert data.count(b"HTTP/1.1 200 ") == 1000
+    assert r.app.seen == [f"GET /echo?n={i}" for i in range(1000)]

@@ -44,8 +44,9 @@ ASGI_VERSION: Final = {"version": "3.0", "spec_version": "2.3"}
 PHRASES: Final = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
 MAX_STASH: Final = 1024 * 1024
 """Pipelined bytes buffered while a response is in flight before reading stops."""
-MAX_HEAD: Final = 16 * 1024
-"""The largest request head (request line and headers) accepted: 431 beyond (h11's limit)."""
+MAX_HEAD: Final = 64 * 1024
+"""The largest request head (request line and headers) accepted: 431 beyond. (h11 refuses
+an incomplete head past 16 KiB, which lets a head that comes in one 64 KiB read through.)"""
 LINGER_S: Final = 1.0
 """How long a refused upload is drained so that the client can read the refusal."""
 FD_HEADROOM: Final = 256
