@@ -25,6 +25,7 @@ from chaosllm.config import (
 from chaosllm.doctor import diagnose
 from chaosllm.errors import ChaosLLMError, ConfigError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
+from chaosllm.faults.spec import COMMON_FIELDS
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
@@ -305,6 +306,7 @@ def _parser() -> argparse.ArgumentParser:
     arm.add_argument("type", choices=list(FAULT_TYPES), metavar="TYPE")
     arm.add_argument("--remaining", type=int)
     arm.add_argument("--probability", type=float)
+    arm.add_argument("--reask", action="store_true", default=None, help=COMMON_FIELDS["reask"])
     for name, (kind, doc) in _fault_params().items():
         arm.add_argument("--" + name.replace("_", "-"), type=kind, help=doc)
     arm.add_argument("--session", help="fire only on this X-Chaosllm-Session")
@@ -416,7 +418,7 @@ def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
     """The fault spec `chaosllm fault arm` sends: every flag given (the server refuses a
     parameter the type does not take, with the list of those it does)."""
     spec: dict[str, object] = {"type": args.type}
-    for name in ("remaining", "probability", *_fault_params()):
+    for name in ("remaining", "probability", "reask", *_fault_params()):
         if getattr(args, name) is not None:
             spec[name] = getattr(args, name)
     match = {

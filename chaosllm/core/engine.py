@@ -148,6 +148,19 @@ Decision = Reply | Proxy
 
 _NO_ANSWER = ResponsePlan(status=200, headers=(), pieces=())
 """What a fault that answers alone transforms (it keeps nothing of it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Reask:
+    """The recording a ``reask`` fault broke, waiting for the session's re-ask."""
+
+    exchange: Exchange
+    """As reviewed for the request the fault broke (templated)."""
+    match: Match
+    fault_id: str
+    request_seq: int
+
+
 MINTED_PER_SESSION = 4096
 """How many fresh ids a session's requests are mapped back from (the newest)."""
 
@@ -282,6 +295,9 @@ class Engine:
         self._minted: OrderedDict[str | None, OrderedDict[str, str]] = OrderedDict()
         """Per session (the most recently used last), the fresh ids its answers carried,
         each mapped to the recorded id it stands for."""
+        self._reasks: OrderedDict[str | None, _Reask] = OrderedDict()
+        """Per session (the most recently used last), the recording a fault armed with
+        ``reask`` broke: its next miss is answered with it (one each, newest wins)."""
 
     # -- the decision -----------------------------------------------------------------
 
@@ -363,8 +379,17 @@ class Engine:
         return self._serve(request, checked.exchange, extra, match)
 
     def _serve(
-        self, request: _Request, exchange: Exchange, extra: Headers, match: Match | None
+        self,
+        request: _Request,
+        exchange: Exchange,
+        extra: Headers,
+        match: Match | None,
+        *,
+        faults: bool = True,
     ) -> Reply:
+        """`exchange` rendered for the request, through the first armed fault that fires
+        on it (none when not `faults`), and consumed from `match` when the client gets
+        it."""
         provider = request.call.provider
         exchange = mock_llm.for_request(exchange, request.body)
         plan = provider.render(exchange, request.body, timing=self.config.timing)
@@ -374,7 +399,7 @@ class Engine:
         if match is not None and match.serves and request.call.session is not None:
             pieces, answer = self._fresh_ids(request, exchange, plan, match.serves)
         fired = None
-        if len(self.board):
+        if faults and len(self.board):
             if pieces is not None:
                 plan, pieces = plan.with_(pieces=pieces), None
             plan, fired = self._take_fault(request, plan, answer)
@@ -399,6 +424,8 @@ class Engine:
         entry = self.journal.add(**request.journal_fields(), status=status, ending=ending)
         if fired is not None:
             fired.request_seq = entry.seq
+        if match is not None:
+            self._remember_reask(request.call.session, exchange, match, fired, entry.seq)
         return Reply(
             plan,
             entry,
@@ -428,8 +455,44 @@ class Engine:
         self._headed[key] = (plan, headed)
         return headed
 
+    def _remember_reask(
+        self, session: str | None, exchange: Exchange, match: Match, fired: Fired | None, seq: int
+    ) -> None:
+        """After a recording is served to `session`: the re-ask a ``reask`` fault that broke
+        it waits for, or none (the client got an answer: a later miss is no re-ask)."""
+        reasks = self._reasks
+        if fired is None or fired.spec.entry.delivers_answer or not fired.spec.reask:
+            if reasks:
+                reasks.pop(session, None)
+            return
+        reasks[session] = _Reask(exchange, match, fired.fault_id, seq)
+        reasks.move_to_end(session)
+        while len(reasks) > self.config.max_sessions:
+            reasks.popitem(last=False)
+
+    def _reask(self, request: _Request) -> Reply | None:
+        """A miss that is the session's re-ask of a recording a ``reask`` fault broke:
+        that recording, unfaulted (and consumed, as if the client had got it)."""
+        waiting = self._reasks.pop(request.call.session, None) if self._reasks else None
+        if waiting is None:
+            return None
+        exchange = waiting.exchange
+        request.fields.update(recording=exchange.name, match="reask")
+        log.info(
+            "re-ask: %s answered from %s (broken by fault %s on request #%d)",
+            request.digest,
+            exchange.name,
+            waiting.fault_id,
+            waiting.request_seq,
+        )
+        extra = (("x-chaosllm-recording", exchange.name), ("x-chaosllm-match", "reask"))
+        return self._serve(request, exchange, extra, waiting.match, faults=False)
+
     def _miss(self, request: _Request, exc: NoMatch) -> Decision:
         call, provider = request.call, request.call.provider
+        reask = self._reask(request)
+        if reask is not None:
+            return reask
         mocked = provider.name == "openai.chat"
         if mocked:
             answered = self._mock_llm_miss(request)
@@ -758,6 +821,7 @@ class Engine:
         self.journal.clear()
         self.matcher.reset()
         self._minted.clear()
+        self._reasks.clear()
 
 
 MAX_DEPTH = 128

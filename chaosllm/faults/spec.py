@@ -43,6 +43,9 @@ COMMON_FIELDS: Mapping[str, str] = {
     "probability": "chance of firing on a matching request, drawn from the seeded RNG "
     "(0-1, default 1)",
     "match": "which requests it fires on: an object with path, model, session, stream",
+    "reask": "true: the next request of the session that no recording answers (the client's "
+    "re-ask of the broken answer: a retry prompt, the validation error, the tool error) gets "
+    "the recording this fault broke, unfaulted (journaled as match reask; default false)",
 }
 MATCH_FIELDS = ("path", "model", "session", "stream")
 
@@ -79,6 +82,8 @@ class FaultSpec:
     remaining: int = 1
     probability: float = 1.0
     match: Match = field(default_factory=Match)
+    reask: bool = False
+    """Whether the session's next miss is answered from the recording it broke."""
 
     @property
     def entry(self) -> FaultType:
@@ -101,6 +106,8 @@ class FaultSpec:
         }
         if self.match.to_json():
             data["match"] = self.match.to_json()
+        if self.reask:
+            data["reask"] = True
         return data
 
 
@@ -222,6 +229,11 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
             f"{_shown(probability)}. " + _describe_type(t)
         )
     match = _parse_match(raw.pop("match", None), t)
+    reask = raw.pop("reask", False)
+    if not isinstance(reask, bool):
+        raise InvalidFaultSpec(
+            f"{t.name}: reask must be true or false, got {_shown(reask)}. " + _describe_type(t)
+        )
     raw.pop("id", None)  # echoed back by GET /__fault; ignored when re-armed
 
     params: dict[str, Any] = {}
@@ -240,7 +252,12 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
         else:
             params[name] = _number(value, name, param, t)
     return FaultSpec(
-        type=t.name, params=params, remaining=remaining, probability=float(probability), match=match
+        type=t.name,
+        params=params,
+        remaining=remaining,
+        probability=float(probability),
+        match=match,
+        reask=reask,
     )
 
 
@@ -311,7 +328,7 @@ def _typed(text: str, kind: type) -> Any:
         return _scalar(text)  # "1.5" for an integer: refused as 1.5, as in a JSON spec
 
 
-_COMMON_KINDS: Mapping[str, type] = {"remaining": int, "probability": float}
+_COMMON_KINDS: Mapping[str, type] = {"remaining": int, "probability": float, "reask": bool}
 
 
 def spec_from_query(type_name: str, query: Iterable[tuple[str, str]]) -> dict[str, Any]:
