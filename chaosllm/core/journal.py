@@ -8,14 +8,12 @@ writes records; the JSON shape (`JournalEntry.to_json`) is the one the README do
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.report import PlanReport
@@ -48,9 +46,11 @@ def ending_of(plan: ResponsePlan) -> str:
     return "complete"
 
 
-@dataclass(frozen=True, slots=True)
-class JournalRecord:
-    """What the server decided about one provider request."""
+class JournalRecord(NamedTuple):
+    """What the server decided about one provider request.
+
+    Immutable (a named tuple: building one costs a quarter of a frozen dataclass's, and
+    one is built per request); `Journal.amend` replaces it whole."""
 
     seq: int
     time: float
@@ -178,7 +178,7 @@ class Journal:
     def amend(self, entry: JournalEntry, **changes: Any) -> None:
         """Replace the entry's record by one with `changes` (a proxied answer arrived)."""
         with self._lock:
-            entry.record = dataclasses.replace(entry.record, **changes)
+            entry.record = entry.record._replace(**changes)
 
     def entries(self, session: str | None = None, *, settle: float = 0.0) -> list[JournalEntry]:
         """The entries (of one session); with `settle`, first wait up to that many seconds
