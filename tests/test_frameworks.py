@@ -1,0 +1,118 @@
+"""What the frameworks people use do with each fault (the README's "your framework").
+
+Each test points a framework at `chaosllm.ChaosServer` with a fault armed and asserts what
+the framework does: retried, raised which exception, or silently accepted a partial
+answer. A framework that is not installed is skipped (``pip install -e '.[frameworks]'``);
+the default suite needs none. The answers come from the shipped scenarios by sequence
+matching, whatever body the framework sends. Retries are set small and Retry-After
+short, so the module stays fast."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from chaosllm import ChaosServer
+
+pytestmark = pytest.mark.timeout(60)
+
+QUESTION = "What's the weather like in Paris right now?"
+FIRST_ANSWER = "The capital of France is Paris."
+"""The first exchange of the shipped ``knowledge`` scenario."""
+
+
+def statuses(server: ChaosServer) -> list[int | None]:
+    return [e["status"] for e in server.requests(settle=1.0)]
+
+
+# -- langchain-openai ---------------------------------------------------------------------------
+
+
+def chat_openai(server: ChaosServer, *, retries: int = 0, tools: bool = False) -> Any:
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(location: str) -> str:
+        """Get the current weather for a location."""
+        return "18 C"
+
+    llm = langchain_openai.ChatOpenAI(
+        model="gpt-4o-mini",
+        base_url=server.base_url,
+        api_key="sk-test",
+        max_retries=retries,
+        timeout=5,
+    )
+    server.use_scenario("tool-call" if tools else "knowledge")
+    return llm.bind_tools([get_weather]) if tools else llm
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"type": "http_503"}, openai.InternalServerError),
+        ({"type": "http_429", "retry_after": 0.01}, openai.RateLimitError),
+        ({"type": "dropped_connection"}, openai.APIConnectionError),
+    ],
+    ids=["http_503", "http_429", "dropped_connection"],
+)
+def test_langchain_raises_the_sdk_error_without_retries_and_retries_it(
+    server: ChaosServer, spec: dict[str, Any], error: type[Exception]
+) -> None:
+    llm = chat_openai(server)
+    server.arm(spec)
+    with pytest.raises(error):
+        llm.invoke(QUESTION)
+    server.reset()
+    llm = chat_openai(server, retries=1)
+    server.arm(spec)
+    assert llm.invoke(QUESTION).content == FIRST_ANSWER
+    assert len(statuses(server)) == 2  # the faulted attempt, then the retry
+
+
+def test_langchain_raises_value_error_on_error_in_200_and_does_not_retry(
+    server: ChaosServer,
+) -> None:
+    llm = chat_openai(server, retries=1)
+    server.arm("error_in_200")
+    with pytest.raises(ValueError, match="server_error"):
+        llm.invoke(QUESTION)
+    assert statuses(server) == [200]
+
+
+def test_langchain_streams_an_error_in_200_frame_as_api_error(server: ChaosServer) -> None:
+    llm = chat_openai(server)
+    server.arm("error_in_200", after_chunks=2)
+    with pytest.raises(openai.APIError):
+        list(llm.stream(QUESTION))
+
+
+def test_langchain_silently_accepts_a_truncated_stream(server: ChaosServer) -> None:
+    llm = chat_openai(server)
+    server.arm("truncated_stream")
+    chunks = list(llm.stream(QUESTION))
+    text = "".join(str(c.content) for c in chunks)
+    assert text and text != FIRST_ANSWER and FIRST_ANSWER.startswith(text)
+
+
+def test_langchain_raises_a_connection_error_on_a_dropped_stream(server: ChaosServer) -> None:
+    llm = chat_openai(server)
+    server.arm("dropped_connection")
+    with pytest.raises(openai.APIConnectionError):
+        list(llm.stream(QUESTION))
+
+
+def test_langchain_puts_malformed_tool_args_in_invalid_tool_calls(server: ChaosServer) -> None:
+    llm = chat_openai(server, tools=True)
+    server.arm("malformed_tool_args")
+    message = llm.invoke(QUESTION)
+    assert message.tool_calls == []
+    (invalid,) = message.invalid_tool_calls
+    assert invalid["name"] == "get_weather" and "not valid JSON" in invalid["error"]
+    server.reset()
+    llm = chat_openai(server, tools=True)
+    (call,) = llm.invoke(QUESTION).tool_calls
+    assert call["args"] == {"location": "Paris, France"}
