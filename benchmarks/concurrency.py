@@ -1,0 +1,180 @@
+"""Concurrency at realistic timing, measured by a client in another process.
+
+- ``gaps``: N concurrent streams of a recording whose frames were recorded `gap_ms`
+  apart, replayed with ``--timing recorded``; each frame's arrival time is taken when the
+  client reads the blank line that ends it, and the figure is the p99 over every gap of
+  every stream of |observed gap - recorded gap|.
+- ``idle``: N keep-alive connections, each having made one request, held open; the
+  driver reads the server's RSS before and after from /proc, and times a request on a
+  fresh connection meanwhile.
+
+Run as ``python concurrency.py gaps HOST PORT N BODYFILE`` or ``... idle HOST PORT N``
+(the driver, `run.py`, does it); everything stays on 127.0.0.1 and stops by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import resource
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+FRAMES = 20
+GAP_MS = 50.0
+
+
+def timed_recording(root: Path, frames: int = FRAMES, gap_ms: float = GAP_MS) -> Path:
+    """A recordings directory with one stream whose `frames` frames were recorded
+    `gap_ms` apart (the first frame after `gap_ms` too); the request body file beside it."""
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "Count slowly, please."}],
+    }
+    chunks = []
+    words = [f"w{i} " for i in range(frames - 2)]
+    base = {
+        "id": "chatcmpl-timed",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o-mini",
+    }
+    for i, word in enumerate(words):
+        delta: dict[str, Any] = {"content": word} if i else {"role": "assistant", "content": word}
+        frame = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        chunks.append({"data": f"data: {json.dumps(frame)}\n\n", "delay_ms": gap_ms})
+    finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    chunks.append({"data": f"data: {json.dumps(finish)}\n\n", "delay_ms": gap_ms})
+    chunks.append({"data": "data: [DONE]\n\n", "delay_ms": gap_ms})
+    answer = "".join(words)
+    recording = {
+        "chaosllm": 1,
+        "provider": "openai.chat",
+        "request": {"method": "POST", "path": "/v1/chat/completions", "body": body},
+        "response": {
+            "status": 200,
+            "stream": True,
+            "chunks": chunks,
+            "body": {
+                "id": "chatcmpl-timed",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "gpt-4o-mini",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer, "refusal": None},
+                    }
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": frames, "total_tokens": 25},
+            },
+        },
+    }
+    recordings = root / "timed-recordings"
+    (recordings / "timed").mkdir(parents=True, exist_ok=True)
+    (recordings / "timed" / "0001.json").write_text(json.dumps(recording), encoding="utf-8")
+    (root / "timed-request.json").write_text(json.dumps({**body, "stream": True}), "utf-8")
+    return recordings
+
+
+def _raise_nofile(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(hard, max(soft, wanted)) if hard != resource.RLIM_INFINITY else wanted
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def _request(host: str, port: int, body: bytes) -> bytes:
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (host.encode(), port, len(body), body)
+    )
+
+
+async def _one_stream(host: str, port: int, request: bytes, start: asyncio.Event) -> list[float]:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        await start.wait()
+        writer.write(request)
+        await writer.drain()
+        arrivals: list[float] = []
+        seen = b""
+        while len(arrivals) < FRAMES:
+            data = await asyncio.wait_for(reader.read(65536), 30)
+            if not data:
+                break
+            now = time.perf_counter()
+            seen += data
+            arrivals.extend([now] * (seen.count(b"\n\n") - len(arrivals)))
+        return arrivals
+    finally:
+        writer.close()
+
+
+async def _gaps(host: str, port: int, n: int, body: bytes) -> dict[str, Any]:
+    start = asyncio.Event()
+    request = _request(host, port, body)
+    tasks = [asyncio.ensure_future(_one_stream(host, port, request, start)) for _ in range(n)]
+    await asyncio.sleep(0.5)  # every connection open before the first request
+    start.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    errors: list[float] = []
+    complete = 0
+    for arrivals in results:
+        if isinstance(arrivals, BaseException) or len(arrivals) < FRAMES:
+            continue
+        complete += 1
+        errors.extend(abs((b - a) * 1000 - GAP_MS) for a, b in itertools.pairwise(arrivals))
+    errors.sort()
+
+    def pct(q: float) -> float | None:
+        return round(errors[min(len(errors) - 1, int(q * len(errors)))], 2) if errors else None
+
+    return {
+        "streams": n,
+        "complete": complete,
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+        "max_ms": round(errors[-1], 2) if errors else None,
+    }
+
+
+def _idle(host: str, port: int, n: int) -> None:
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection((host, port), timeout=10)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        socks.append(sock)
+    print(json.dumps({"held": len(socks)}), flush=True)
+    sys.stdin.readline()  # the driver says when to let go
+    for sock in socks:
+        sock.close()
+
+
+def main(argv: list[str]) -> int:
+    mode, host, port, n = argv[0], argv[1], int(argv[2]), int(argv[3])
+    _raise_nofile(n + 256)
+    if mode == "gaps":
+        body = Path(argv[4]).read_bytes()
+        print(json.dumps(asyncio.run(_gaps(host, port, n, body))), flush=True)
+    elif mode == "idle":
+        _idle(host, port, n)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
