@@ -101,8 +101,13 @@ def test_langchain_silently_accepts_a_truncated_stream(server: ChaosServer) -> N
 def test_langchain_raises_a_connection_error_on_a_dropped_stream(server: ChaosServer) -> None:
     llm = chat_openai(server)
     server.arm("dropped_connection")
-    with pytest.raises(openai.APIConnectionError):
+    with pytest.raises(Exception) as info:
         list(llm.stream(QUESTION))
+    # openai 3.57 wraps it; older SDKs (3.3, which instructor 1.17 pins) let the transport's through
+    error = info.value
+    assert isinstance(error, openai.APIConnectionError) or (
+        type(error).__name__ == "RemoteProtocolError"
+    ), repr(error)
 
 
 def test_langchain_puts_malformed_tool_args_in_invalid_tool_calls(server: ChaosServer) -> None:
@@ -116,3 +121,90 @@ def test_langchain_puts_malformed_tool_args_in_invalid_tool_calls(server: ChaosS
     llm = chat_openai(server, tools=True)
     (call,) = llm.invoke(QUESTION).tool_calls
     assert call["args"] == {"location": "Paris, France"}
+
+
+# -- instructor ---------------------------------------------------------------------------------
+
+
+def retry_exception() -> Any:
+    """What instructor raises when it gives up (skips the test without instructor)."""
+    return pytest.importorskip("instructor.core.exceptions").InstructorRetryException
+
+
+def instructor_client(server: ChaosServer, *, sdk_retries: int = 0) -> Any:
+    instructor = pytest.importorskip("instructor")
+    server.use_scenario("tool-call")
+    client = openai.OpenAI(
+        base_url=server.base_url, api_key="sk-test", max_retries=sdk_retries, timeout=5
+    )
+    return instructor.from_openai(client)
+
+
+def weather(client: Any, *, retries: int, partial: bool = False) -> Any:
+    from pydantic import BaseModel
+
+    class get_weather(BaseModel):  # the recorded tool's name
+        location: str
+
+    options: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "response_model": get_weather,
+        "max_retries": retries,
+        "messages": [{"role": "user", "content": QUESTION}],
+    }
+    if partial:
+        return list(client.chat.completions.create_partial(**options))[-1]
+    return client.chat.completions.create(**options)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "http_503"},
+        {"type": "http_429", "retry_after": 0.01},
+        {"type": "dropped_connection"},
+        {"type": "error_in_200"},
+    ],
+    ids=["http_503", "http_429", "dropped_connection", "error_in_200"],
+)
+def test_instructor_does_not_retry_a_failed_call_itself(
+    server: ChaosServer, spec: dict[str, Any]
+) -> None:
+    InstructorRetryException = retry_exception()
+    client = instructor_client(server)
+    server.arm(spec)
+    with pytest.raises(InstructorRetryException):
+        weather(client, retries=1)
+    assert len(statuses(server)) == 1  # its max_retries re-asks bad output, not failed calls
+
+
+def test_instructor_leaves_http_retries_to_the_sdk(server: ChaosServer) -> None:
+    client = instructor_client(server, sdk_retries=1)
+    server.arm("http_503")
+    assert weather(client, retries=0).location == "Paris, France"
+    assert statuses(server) == [503, 200]
+
+
+def test_instructor_reasks_malformed_tool_args(server: ChaosServer) -> None:
+    InstructorRetryException = retry_exception()
+    client = instructor_client(server)
+    server.arm("malformed_tool_args")
+    with pytest.raises(InstructorRetryException, match="validation error"):
+        weather(client, retries=0)
+    server.reset()
+    client = instructor_client(server)
+    server.arm("malformed_tool_args")
+    assert weather(client, retries=1).location == "Paris, France"
+    assert statuses(server) == [200, 200]  # the broken answer, then the re-ask
+
+
+def test_instructor_refuses_a_truncated_stream_and_reasks_it(server: ChaosServer) -> None:
+    InstructorRetryException = retry_exception()
+    client = instructor_client(server)
+    server.arm("truncated_stream")
+    with pytest.raises(InstructorRetryException, match="Field required"):
+        weather(client, retries=0, partial=True)
+    server.reset()
+    client = instructor_client(server)
+    server.arm("truncated_stream")
+    assert weather(client, retries=1, partial=True).location == "Paris, France"
