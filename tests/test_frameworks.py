@@ -9,6 +9,7 @@ short, so the module stays fast."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import openai
@@ -208,3 +209,100 @@ def test_instructor_refuses_a_truncated_stream_and_reasks_it(server: ChaosServer
     client = instructor_client(server)
     server.arm("truncated_stream")
     assert weather(client, retries=1, partial=True).location == "Paris, France"
+
+
+# -- pydantic-ai --------------------------------------------------------------------------------
+
+
+def pydantic_agent(server: ChaosServer, *, retries: int = 0, sdk_retries: int = 0) -> Any:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    client = openai.AsyncOpenAI(
+        base_url=server.base_url, api_key="sk-test", max_retries=sdk_retries, timeout=5
+    )
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
+    agent = Agent(model, retries=retries)
+    agent.chaos_client = client  # type: ignore[attr-defined]
+    return agent
+
+
+def run_agent(agent: Any) -> str:
+    """The agent's output, run on a loop of its own that closes its client's sockets."""
+
+    async def run() -> str:
+        async with agent.chaos_client:
+            result = await agent.run(QUESTION)
+            output: str = result.output
+            return output
+
+    return asyncio.run(run())
+
+
+def pydantic_error(name: str) -> Any:
+    return getattr(pytest.importorskip("pydantic_ai.exceptions"), name)
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"type": "http_503"}, "ModelOverloadedError"),
+        ({"type": "http_429", "retry_after": 0.01}, "ModelRateLimitError"),
+        ({"type": "dropped_connection"}, "ModelConnectionError"),
+        ({"type": "error_in_200"}, "UnexpectedModelBehavior"),
+    ],
+    ids=["http_503", "http_429", "dropped_connection", "error_in_200"],
+)
+def test_pydantic_ai_raises_its_own_error(
+    server: ChaosServer, spec: dict[str, Any], error: str
+) -> None:
+    agent = pydantic_agent(server, retries=1)
+    server.use_scenario("knowledge")
+    server.arm(spec)
+    with pytest.raises(pydantic_error(error)):
+        run_agent(agent)
+    assert len(statuses(server)) == 1  # its retries are for bad output, not failed calls
+
+
+def test_pydantic_ai_leaves_http_retries_to_the_sdk(server: ChaosServer) -> None:
+    agent = pydantic_agent(server, sdk_retries=1)
+    server.use_scenario("knowledge")
+    server.arm("http_503")
+    assert run_agent(agent) == FIRST_ANSWER
+    assert statuses(server) == [503, 200]
+
+
+def test_pydantic_ai_reasks_malformed_tool_args(server: ChaosServer) -> None:
+    for retries in (0, 1):
+        server.reset()
+        agent = pydantic_agent(server, retries=retries)
+
+        @agent.tool_plain
+        def get_weather(location: str) -> str:
+            """Get the current weather for a location."""
+            return "18 C"
+
+        server.use_scenario("tool-call")
+        server.arm("malformed_tool_args")
+        if retries == 0:
+            with pytest.raises(pydantic_error("UnexpectedModelBehavior"), match="max retries"):
+                run_agent(agent)
+        else:
+            assert "18 °C" in run_agent(agent)
+            # the broken answer, the retry prompt (a new request), then the tool result
+            assert len(statuses(server)) == 3
+
+
+def test_pydantic_ai_silently_accepts_a_truncated_stream(server: ChaosServer) -> None:
+    agent = pydantic_agent(server)
+    server.use_scenario("knowledge")
+    server.arm("truncated_stream")
+
+    async def streamed() -> Any:
+        async with agent.chaos_client, agent.run_stream(QUESTION) as run:
+            return await run.get_output()
+
+    output = asyncio.run(streamed())
+    assert output and output != FIRST_ANSWER and FIRST_ANSWER.startswith(output)
