@@ -306,3 +306,92 @@ def test_pydantic_ai_silently_accepts_a_truncated_stream(server: ChaosServer) ->
 
     output = asyncio.run(streamed())
     assert output and output != FIRST_ANSWER and FIRST_ANSWER.startswith(output)
+
+
+# -- openai-agents ------------------------------------------------------------------------------
+
+
+def run_openai_agent(
+    server: ChaosServer, *, sdk_retries: int = 0, stream: bool = False, tools: bool = False
+) -> str:
+    """The final output of an openai-agents run on the Chat Completions model."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+
+    @agents.function_tool
+    def get_weather(location: str) -> str:
+        """Get the current weather for a location."""
+        return "18 C"
+
+    async def run() -> str:
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url, api_key="sk-test", max_retries=sdk_retries, timeout=5
+        )
+        async with client:
+            model = agents.OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=client)
+            agent = agents.Agent(name="a", model=model, tools=[get_weather] if tools else [])
+            if stream:
+                streamed = agents.Runner.run_streamed(agent, QUESTION)
+                async for _ in streamed.stream_events():
+                    pass
+                return str(streamed.final_output)
+            return str((await agents.Runner.run(agent, QUESTION)).final_output)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"type": "http_503"}, openai.InternalServerError),
+        ({"type": "http_429", "retry_after": 0.01}, openai.RateLimitError),
+        ({"type": "dropped_connection"}, openai.APIConnectionError),
+    ],
+    ids=["http_503", "http_429", "dropped_connection"],
+)
+def test_openai_agents_raises_the_sdk_error(
+    server: ChaosServer, spec: dict[str, Any], error: type[Exception]
+) -> None:
+    pytest.importorskip("agents")
+    server.use_scenario("knowledge")
+    server.arm(spec)
+    with pytest.raises(error):
+        run_openai_agent(server)
+    assert len(statuses(server)) == 1
+
+
+def test_openai_agents_leaves_http_retries_to_the_sdk(server: ChaosServer) -> None:
+    pytest.importorskip("agents")
+    server.use_scenario("knowledge")
+    server.arm("http_503")
+    assert run_openai_agent(server, sdk_retries=1) == FIRST_ANSWER
+    assert statuses(server) == [503, 200]
+
+
+def test_openai_agents_raises_model_behavior_error_on_error_in_200(server: ChaosServer) -> None:
+    agents = pytest.importorskip("agents")
+    server.use_scenario("knowledge")
+    server.arm("error_in_200")
+    with pytest.raises(agents.ModelBehaviorError, match="no choices"):
+        run_openai_agent(server)
+
+
+def test_openai_agents_answers_malformed_tool_args_with_a_new_request(
+    server: ChaosServer,
+) -> None:
+    agents = pytest.importorskip("agents")
+    server.use_scenario("tool-call")
+    server.arm("malformed_tool_args")
+    # It sends the tool error back (a new request); anonymous requests get the recording
+    # again with the same call id, which it refuses.
+    with pytest.raises(agents.ModelBehaviorError, match="reused a completed tool call ID"):
+        run_openai_agent(server, tools=True)
+    assert len(statuses(server)) == 2
+
+
+def test_openai_agents_silently_accepts_a_truncated_stream(server: ChaosServer) -> None:
+    pytest.importorskip("agents")
+    server.use_scenario("knowledge")
+    server.arm("truncated_stream")
+    output = run_openai_agent(server, stream=True)
+    assert output and output != FIRST_ANSWER and FIRST_ANSWER.startswith(output)
