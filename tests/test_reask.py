@@ -195,14 +195,12 @@ def test_an_instructor_style_reask_runs_offline(server: ChaosServer) -> None:
         calls = broken.choices[0].message.tool_calls
         assert calls is not None
         with pytest.raises(json.JSONDecodeError):
-            json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+            json.loads(calls[0].function.arguments)
         raw = client.chat.completions.with_raw_response.create(**reask_of(TOOL))
         assert raw.headers["x-chaosllm-match"] == "reask"
         fixed = raw.parse().choices[0].message.tool_calls
         assert fixed is not None
-        assert json.loads(fixed[0].function.arguments) == {  # type: ignore[union-attr]
-            "location": "Paris, France"
-        }
+        assert json.loads(fixed[0].function.arguments) == {"location": "Paris, France"}
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(**reask_of(TOOL))
     assert [e["match"] for e in server.requests("reask-sdk")] == ["exact", "reask", None]
