@@ -98,17 +98,26 @@ def _tokens(characters: int) -> int:
     return math.ceil(characters / 4)
 
 
-def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
-    """The usage chunk a frame is (``choices: []`` and a usage), else None; with `base`,
-    the fields every chunk of a frame starts with (id, object, created, model...)."""
-    for data in iter_data([frame]):
+def _data_chunks(frames: Sequence[str]) -> Iterator[dict[str, Any] | None]:
+    """The JSON object of each data line of `frames`, None for ``[DONE]``; lines that are
+    not a JSON object are passed over."""
+    for data in iter_data(frames):
         if data.strip() == DONE:
+            yield None
             continue
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError:
             continue
-        if not isinstance(chunk, dict):
+        if isinstance(chunk, dict):
+            yield chunk
+
+
+def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
+    """The usage chunk a frame is (``choices: []`` and a usage), else None; with `base`,
+    the fields every chunk of a frame starts with (id, object, created, model...)."""
+    for chunk in _data_chunks([frame]):
+        if chunk is None:
             continue
         if base:
             return {k: chunk[k] for k in _CHUNK_BASE if k in chunk}
@@ -382,15 +391,9 @@ class OpenAIChat(OpenAIProvider):
 
     def frame_finishes(self, frame: str) -> bool:
         """A finish chunk, the usage chunk, [DONE] or an error."""
-        for payload in iter_data((frame,)):
-            if payload.strip() == DONE:
+        for chunk in _data_chunks((frame,)):
+            if chunk is None:
                 return True
-            try:
-                chunk = json.loads(payload)
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(chunk, dict):
-                continue
             choices = chunk.get("choices")
             if "error" in chunk or choices == []:
                 return True
