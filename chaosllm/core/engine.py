@@ -242,6 +242,23 @@ class _PreparedCache:
         return len(self._items)
 
 
+def _bound_key(call: ProviderCall) -> str:
+    """The prepared-body cache key of a provider with path parameters: its name, the path
+    and the query (which `Provider.bind` folds into the request)."""
+    return f"{call.provider.name}\x00{call.path}?{call.query.decode('latin-1')}"
+
+
+def _bind(provider: Provider, body: JSON, call: ProviderCall) -> JSON:
+    """`body` with what the call's path and query say folded in (`Provider.bind`), for a
+    provider with path parameters (the body itself otherwise)."""
+    if not provider.path_templates:
+        return body
+    params = provider.path_params(call.path)
+    if params is None:
+        raise InvalidRequest(f"{call.path} is not a path {provider.name} serves.")
+    return provider.bind(body, params, call.query.decode("latin-1"))
+
+
 def _rendered(provider: Provider, body: JSON, answer: JSON, path: str, digest: str) -> Exchange:
     return Exchange(
         provider=provider.name,
@@ -316,11 +333,12 @@ class Engine:
                 if body != call.body:
                     call = replace(call, body=body)
         provider = call.provider
-        key = (provider.name, call.body)
+        # A provider with path parameters reads the request off the path too.
+        key = (_bound_key(call) if provider.path_templates else provider.name, call.body)
         prepared = self._prepared.get(key)
         if prepared is None:
             try:
-                prepared = self._prepare(provider, call.body)
+                prepared = self._prepare(provider, call.body, call)
             except InvalidRequest as exc:
                 plan = provider.render_error(
                     400,
@@ -622,19 +640,19 @@ class Engine:
         # The answer a fault sees, with the same ids (only a fault needs it).
         return pieces, swap_strings(answer, fresh) if len(self.board) else answer
 
-    def _prepare(self, provider: Provider, raw: bytes) -> _Prepared:
-        """Parse, validate and redact a request body, and what follows from it alone: its
-        digest (over the redacted request, as the recorder keys it), whether it asks for a
-        stream, its model, the request validator's findings. `InvalidRequest` for a body
-        the provider refuses."""
-        body = parse_json(raw)
+    def _prepare(self, provider: Provider, raw: bytes, call: ProviderCall) -> _Prepared:
+        """Parse, bind (`Provider.bind`: what the path and query say), validate and redact
+        a request body, and what follows from it alone: its digest (over the redacted
+        request, as the recorder keys it), whether it asks for a stream, its model, the
+        request validator's findings. `InvalidRequest` for a body the provider refuses."""
+        body = _bind(provider, parse_json(raw), call)
         provider.validate(body)
         body = self.redactor.request_body(body, raw)
         return _Prepared(
             body,
             provider.digest(body),
             provider.wants_stream(body),
-            body.get("model"),
+            provider.model_of(body),
             tuple(precheck(provider, body)),
         )
 
@@ -711,7 +729,7 @@ class Engine:
         # The upstream is the judge of the request: it is forwarded as it is, and only
         # recorded (and faulted) when it is a JSON object that can be keyed.
         try:
-            parsed = parse_json(call.body)
+            parsed = _bind(call.provider, parse_json(call.body), call)
         except InvalidRequest:
             parsed = None
         body = self.redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
@@ -724,7 +742,7 @@ class Engine:
             problem = "the request body is not a JSON object: forwarded, not recorded"
         digest = provider.digest(body) if body is not None else None
         stream = provider.wants_stream(body)
-        model = body.get("model") if body is not None else None
+        model = provider.model_of(body) if body is not None else None
         model = model if isinstance(model, str) else None
         info = RequestInfo(path=call.path, model=model, session=call.session, stream=stream)
         headers: Headers = (("x-chaosllm-match", "upstream"),)

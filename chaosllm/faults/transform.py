@@ -98,7 +98,7 @@ def _error_plan(
     spec: FaultSpec, ctx: FaultContext, status: int, retry_after: float | None
 ) -> ResponsePlan:
     body = ctx.provider.error_answer(_message(spec, status), status=status)
-    headers: list[tuple[str, str]] = [("content-type", "application/json")]
+    headers = [("content-type", "application/json"), *ctx.provider.error_headers(status)]
     if retry_after is not None:
         # Retry-After is whole seconds: round up, so a client that honours it never
         # comes back before `retry_after` has passed (round() took 2.5 to "2").

@@ -143,7 +143,11 @@ async def preflight(request: Request) -> Response:
 
 def _endpoints() -> list[tuple[str, str]]:
     """(method, path) of every provider endpoint, for routing and for the 404."""
-    posts = [path for provider in PROVIDERS.values() for path in provider.paths]
+    posts = [
+        path
+        for provider in PROVIDERS.values()
+        for path in (*provider.paths, *provider.path_templates)
+    ]
     return [
         *(("POST", path) for path in posts),
         *(("POST", path) for path in EMBEDDINGS_PATHS),
@@ -177,7 +181,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(
             Route(path, _route(provider), methods=["POST"])
             for provider in PROVIDERS.values()
-            for path in provider.paths
+            for path in (*provider.paths, *provider.path_templates)
         ),
         *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
         *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),

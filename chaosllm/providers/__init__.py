@@ -54,9 +54,18 @@ def _by_path(providers: Iterable[Provider]) -> dict[str, Provider]:
 _BY_PATH = _by_path(PROVIDERS.values())
 
 
+_TEMPLATED = tuple(provider for provider in PROVIDERS.values() if provider.path_templates)
+
+
 def provider_for_path(path: str) -> Provider | None:
-    """The provider serving a request path (None for any other path)."""
-    return _BY_PATH.get(path)
+    """The provider serving a request path (None for any other path): its own `paths`, or
+    one of its `path_templates`."""
+    provider = _BY_PATH.get(path)
+    if provider is None and _TEMPLATED:
+        for templated in _TEMPLATED:
+            if templated.path_params(path) is not None:
+                return templated
+    return provider
 
 
 def provider_for_client(header_names: Iterable[str]) -> Provider:

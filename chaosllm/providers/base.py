@@ -46,7 +46,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 from chaosllm.model import (
     JSON,
@@ -63,6 +63,7 @@ from chaosllm.providers.conversation import ConversationChecks, Finding
 __all__ = [
     "JSON_HEADERS",
     "ErrorKind",
+    "FrameSplitting",
     "Provider",
     "RenderCache",
     "canonical_json",
@@ -116,6 +117,37 @@ def type_name(value: object, *, array: str = "an array") -> str:
     if isinstance(value, list):
         return array
     return "an object"
+
+
+class FrameSplitting(Protocol):
+    """What cuts a stream into frames as its bytes arrive (`sse.FrameSplitter` for SSE)."""
+
+    frames: list[tuple[bytes, float]]
+    """(exact bytes, milliseconds since the previous frame or the head)."""
+
+    def feed(self, data: bytes, now: float) -> int:
+        """Take the next bytes; how many frames they completed."""
+        ...
+
+    def finish(self) -> None:
+        """End of stream: bytes after the last whole frame join the last frame."""
+        ...
+
+
+_TEMPLATE_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(:path)?\}")
+
+
+def _compile_template(template: str) -> re.Pattern[str]:
+    """A path template (``{name}``: one segment; ``{name:path}``: anything) as a regex."""
+    parts: list[str] = []
+    at = 0
+    for found in _TEMPLATE_PARAM.finditer(template):
+        parts.append(re.escape(template[at : found.start()]))
+        span = ".+" if found.group(2) else "[^/]+"
+        parts.append(f"(?P<{found.group(1)}>{span})")
+        at = found.end()
+    parts.append(re.escape(template[at:]))
+    return re.compile("".join(parts))
 
 
 class ErrorKind:
@@ -224,6 +256,7 @@ class Provider(abc.ABC):
         self._minted_pattern = (
             re.compile(b'"((?:' + prefixes + b')[A-Za-z0-9_-]+)"') if prefixes else None
         )
+        self._templates = tuple(_compile_template(t) for t in self.path_templates)
         self._id_templates: dict[int, _IdTemplate] = {}
         self._id_lock = threading.Lock()
 
@@ -267,6 +300,75 @@ class Provider(abc.ABC):
         """What of the request shapes a stream rendered from a body: a cache key naming it
         (a constant string, cheap to hash) and the keyword arguments of `stream_frames`."""
         return SSE_VARIANT
+
+    def model_of(self, body: JSON) -> Any:
+        """The model a (bound) request asks for: what the journal, fault matching and the
+        model list name."""
+        return body.get("model") if isinstance(body, dict) else None
+
+    # -- routes with parameters -------------------------------------------------------
+
+    path_templates: ClassVar[tuple[str, ...]] = ()
+    """Request paths with parameters it serves (``POST``), e.g.
+    ``/v1beta/models/{model}:generateContent``: ``{name}`` is one path segment,
+    ``{name:path}`` any run of characters, slashes too (Starlette's syntax, so the ASGI
+    app routes them as they are). What the path and the query carry is folded into the
+    request by `bind`."""
+
+    def path_params(self, path: str) -> dict[str, str] | None:
+        """The parameters of `path` if one of `path_templates` matches it, else None."""
+        for pattern in self._templates:
+            found = pattern.fullmatch(path)
+            if found is not None:
+                return found.groupdict()
+        return None
+
+    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
+        """The request as chaosllm keys, matches and records it: the client's body with what
+        the path (`params`) and the query string say about the answer folded in (the
+        model a Gemini path names, the deployment of an Azure one, whether a stream is
+        asked for), for a provider with `path_templates`. Secrets in the query (``key=``)
+        are never folded in. Raises `InvalidRequest` for a path or query the real API
+        refuses. The body itself by default."""
+        return body
+
+    # -- stream framing (SSE unless a protocol says otherwise) --------------------------
+
+    def stream_headers(self, options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The headers a stream is served with (before the recorded ones), for the request
+        options `stream_variant` gave."""
+        return sse.SSE_HEADERS
+
+    def encode_frame(self, text: str) -> bytes:
+        """The bytes on the wire of a frame, from its text (a `RecordedChunk`'s data, or
+        one of `stream_frames`)."""
+        return text.encode("utf-8")
+
+    def frame_text(self, data: bytes) -> str:
+        """A frame's text (what a recording stores) from its bytes on the wire; raises
+        `ValueError` (`UnicodeDecodeError` included) for bytes that are not a frame."""
+        return data.decode("utf-8")
+
+    def is_stream(self, content_type: str) -> bool:
+        """Whether an upstream answer with this content type is a stream of frames."""
+        return content_type.lower().startswith("text/event-stream")
+
+    def frame_splitter(self, start: float, *, keep: bool = True) -> FrameSplitting:
+        """A splitter cutting the protocol's stream into frames as it arrives (the
+        recorder's)."""
+        return sse.FrameSplitter(start, keep=keep)
+
+    def split_frames(self, data: bytes) -> list[tuple[bytes, float]]:
+        """A whole stream body as frames (no gaps: all arrived at once)."""
+        splitter = self.frame_splitter(0.0)
+        splitter.feed(data, 0.0)
+        splitter.finish()
+        return splitter.frames
+
+    def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
+        """Headers every error answer of the protocol carries besides its content type
+        (Bedrock's ``x-amzn-ErrorType``); none by default."""
+        return ()
 
     # -- the conversation (the request-validator oracle) ------------------------------
 
@@ -364,16 +466,17 @@ class Provider(abc.ABC):
                 pieces=(Piece(data.encode("utf-8"), frame=False),),
             )
         if isinstance(variant, tuple):
+            encode = self.encode_frame
             pieces = tuple(
-                Piece(c.data.encode("utf-8"), c.delay_ms * timing)
+                Piece(encode(c.data), c.delay_ms * timing)
                 for c in self.recorded_frames(response, options, request)
             )
         else:
             frames = self.stream_frames(self.served_answer(response.body, request), **options)
-            pieces = tuple(Piece(f.encode("utf-8")) for f in frames)
+            pieces = tuple(Piece(self.encode_frame(f)) for f in frames)
         return ResponsePlan(
             status=response.status,
-            headers=sse.SSE_HEADERS + headers,
+            headers=self.stream_headers(options) + headers,
             pieces=pieces,
             framing=Framing.CHUNKED,
         )
@@ -411,7 +514,8 @@ class Provider(abc.ABC):
         """The plan of an error chaosllm itself answers (a JSON body, whatever was asked)."""
         body = self.error_body(status, message, kind=kind, code=code, param=param)
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        return ResponsePlan(status=status, headers=JSON_HEADERS, pieces=(Piece(data, frame=False),))
+        headers = JSON_HEADERS + self.error_headers(status)
+        return ResponsePlan(status=status, headers=headers, pieces=(Piece(data, frame=False),))
 
     def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
         """The body a real error with this status carries (what faults answer with)."""

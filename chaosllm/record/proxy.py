@@ -75,8 +75,8 @@ from chaosllm.model import (
     RecordedResponse,
     ResponsePlan,
 )
-from chaosllm.providers.base import ErrorKind, Provider
-from chaosllm.providers.sse import FrameSplitter, split_frames
+from chaosllm.providers.base import ErrorKind, FrameSplitting, Provider
+from chaosllm.providers.sse import FrameSplitter
 from chaosllm.record.client import (
     ClosedBeforeAnswer,
     ConnectFailed,
@@ -356,8 +356,17 @@ def _decode(data: bytes, encoding: str) -> bytes:
     )
 
 
-def _is_sse(response: Answer) -> bool:
-    return (response.header("content-type") or "").lower().startswith("text/event-stream")
+def _is_stream(provider: Provider, response: Answer) -> bool:
+    """Whether the upstream answered with the protocol's stream of frames."""
+    return provider.is_stream(response.header("content-type") or "")
+
+
+def _text(provider: Provider, data: bytes) -> str:
+    """A frame's text, as well as it can be read (for the checks that inspect a frame)."""
+    try:
+        return provider.frame_text(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")
 
 
 # -- what is recorded ----------------------------------------------------------------
@@ -382,9 +391,9 @@ def recorded_exchange(
     chunks: tuple[RecordedChunk, ...] | None = None
     if frames is not None:
         try:
-            texts = [data.decode("utf-8") for data, _ in frames]
-        except UnicodeDecodeError as exc:
-            raise NotRecordable(f"the stream is not UTF-8: {exc}") from None
+            texts = [provider.frame_text(data) for data, _ in frames]
+        except ValueError as exc:
+            raise NotRecordable(f"the stream's frames cannot be read: {exc}") from None
         if not provider.stream_complete(texts):
             raise NotRecordable(
                 "the stream ended without its terminator ([DONE] or an error "
@@ -606,8 +615,8 @@ class ProxyCall:
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
         splitter = (
-            FrameSplitter(time.monotonic(), keep=recording)
-            if _is_sse(response) and identity
+            self.provider.frame_splitter(time.monotonic(), keep=recording)
+            if _is_stream(self.provider, response) and identity
             else None
         )
         parts: list[bytes] | None = [] if recording and splitter is None else None
@@ -646,7 +655,7 @@ class ProxyCall:
                     completed = splitter.feed(chunk, time.monotonic())
                     report.frames_sent += completed
                     if recording and not holding and completed:
-                        last = splitter.frames[-1][0].decode("utf-8", "replace")
+                        last = _text(self.provider, splitter.frames[-1][0])
                         holding = self.provider.stream_complete([last])
                 elif parts is not None:
                     parts.append(chunk)
@@ -689,7 +698,7 @@ class ProxyCall:
     async def _record_stream(
         self,
         response: Answer,
-        splitter: FrameSplitter | None,
+        splitter: FrameSplitting | None,
         parts: list[bytes] | None,
         encoding: str,
     ) -> None:
@@ -702,14 +711,22 @@ class ProxyCall:
             self.amend(error=f"not recorded: {exc}")
             log.warning("%s %s: %s", self.method, self.path, self.entry.error)
             return
-        await self._record(response, split_frames(data) if _is_sse(response) else None, data)
+        await self._record(
+            response,
+            self.provider.split_frames(data) if _is_stream(self.provider, response) else None,
+            data,
+        )
 
     async def _buffered(self, response: Answer) -> ResponsePlan:
         """Read the whole answer into a plan; apply the fault that fires to it."""
         assert self.fault_hook is not None
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
-        splitter = FrameSplitter(time.monotonic()) if _is_sse(response) and identity else None
+        splitter = (
+            self.provider.frame_splitter(time.monotonic())
+            if _is_stream(self.provider, response) and identity
+            else None
+        )
         parts: list[bytes] = []
         headers = tuple(
             (k.decode("latin-1"), v.decode("latin-1"))
@@ -760,7 +777,7 @@ class ProxyCall:
             )
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 answer = self.provider.assemble(
-                    [d.decode("utf-8", "replace") for d, _ in splitter.frames]
+                    [_text(self.provider, d) for d, _ in splitter.frames]
                 )
         else:
             frames = None
