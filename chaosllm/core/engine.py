@@ -43,7 +43,7 @@ from typing import Any
 from chaosllm.config import Mode, OnMiss, ServerConfig, session_scenario
 from chaosllm.core import mock_llm
 from chaosllm.core.clock import Clock, SystemClock
-from chaosllm.core.journal import Journal, JournalEntry, ending_of, head_status
+from chaosllm.core.journal import Journal, JournalEntry, answer_facts, ending_of, head_status
 from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
 from chaosllm.errors import InvalidRequest, NoMatch
 from chaosllm.faults import (
@@ -437,6 +437,8 @@ class Engine:
             plan = plan.with_(headers=headers, pieces=pieces if pieces is not None else plan.pieces)
         if estimated:
             request.fields["estimated"] = estimated
+        if fired is None and status is not None and status >= 400:  # a recorded error
+            request.fields.update(answer_facts(plan, False))
         if request.call.headers:  # the mock LLM's delay headers
             plan = mock_llm.delayed(plan, request.call.headers)
         entry = self.journal.add(**request.journal_fields(), status=status, ending=ending)
@@ -690,6 +692,7 @@ class Engine:
             "id": fired.fault_id,
             "params": fired.spec.effective_params(),
         }
+        request.fields.update(answer_facts(faulted, request.stream))
         return faulted, fired
 
     def fault_upstream(self, proxy: Proxy, plan: ResponsePlan, answer: JSON) -> ResponsePlan:
@@ -713,7 +716,7 @@ class Engine:
             fired.request_seq = proxy.entry.seq
             self.journal.amend(
                 proxy.entry,
-                fault=request.fields["fault"],
+                **request.fields,
                 status=head_status(faulted),
                 ending=ending_of(faulted),
             )

@@ -9,6 +9,8 @@ writes records; the JSON shape (`JournalEntry.to_json`) is the one the README do
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import threading
 import time
 from collections import deque
@@ -19,7 +21,14 @@ from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.report import PlanReport
 from chaosllm.model import Ending, Framing, ResponsePlan
 
-__all__ = ["Journal", "JournalEntry", "JournalRecord", "ending_of", "head_status"]
+__all__ = [
+    "Journal",
+    "JournalEntry",
+    "JournalRecord",
+    "answer_facts",
+    "ending_of",
+    "head_status",
+]
 
 
 def head_status(plan: ResponsePlan) -> int | None:
@@ -44,6 +53,50 @@ def ending_of(plan: ResponsePlan) -> str:
     ):
         return "closed"
     return "complete"
+
+
+_ERROR_BODY_LIMIT = 64 << 10
+"""The largest error body whose ``code`` the journal reads."""
+
+
+def _seconds(value: str, scale: float) -> float | None:
+    try:
+        seconds = float(value) / scale
+    except ValueError:
+        return None  # an HTTP date: not a delay the journal can state
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def answer_facts(plan: ResponsePlan, stream: bool) -> dict[str, Any]:
+    """What a journal record says about an answer that is not a plain success (a faulted
+    one, an error status): the delay its head asks for (``retry_after``: seconds, from
+    ``retry-after-ms`` or ``Retry-After``), the ``code`` of its error envelope
+    (``error.code``, else ``error.type``, else ``error.status``) and, for a streaming
+    request, how many SSE ``frames`` it holds."""
+    facts: dict[str, Any] = {}
+    if stream:
+        facts["frames"] = plan.frame_count
+    if not plan.send_head or plan.status < 400:
+        return facts
+    headers = {name.lower(): value for name, value in plan.headers}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        if name in headers:
+            seconds = _seconds(headers[name], scale)
+            if seconds is not None:
+                facts["retry_after"] = seconds
+                break
+    if plan.body_length <= _ERROR_BODY_LIMIT:
+        try:
+            body = json.loads(plan.body())
+        except ValueError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            for key in ("code", "type", "status"):
+                if isinstance(error.get(key), str):
+                    facts["code"] = error[key]
+                    break
+    return facts
 
 
 class JournalRecord(NamedTuple):
@@ -78,6 +131,14 @@ class JournalRecord(NamedTuple):
     awaited."""
     estimated: tuple[str, ...] = ()
     """Fields of the answer the recording lacked and chaosllm estimated (``usage``)."""
+    retry_after: float | None = None
+    """The delay (seconds) the answer's head asked for (``retry-after-ms``,
+    ``Retry-After``): set for error answers (`answer_facts`)."""
+    code: str | None = None
+    """The ``code`` of an error answer's envelope (``insufficient_quota``...)."""
+    frames: int | None = None
+    """How many SSE frames a faulted answer to a streaming request holds (what the client
+    gets of it, unless it leaves first: the report's ``frames_sent`` says what was sent)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +161,8 @@ class JournalRecord(NamedTuple):
             "fault": dict(self.fault) if self.fault is not None else None,
             "findings": [dict(f) for f in self.findings],
             "estimated": list(self.estimated),
+            "retry_after": self.retry_after,
+            "code": self.code,
         }
 
 

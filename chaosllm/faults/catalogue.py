@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from chaosllm.faults.spec import FaultSpec
     from chaosllm.faults.transform import FaultContext
 
-__all__ = ["CATALOGUE", "FAULT_TYPES", "MALFORMED_TOOL_ARGS", "Draw", "FaultType", "Param"]
+__all__ = [
+    "CATALOGUE",
+    "FAULT_TYPES",
+    "MALFORMED_TOOL_ARGS",
+    "NON_RETRYABLE_CLASSES",
+    "Draw",
+    "FaultType",
+    "Param",
+    "retryable_type",
+]
 
 
 class Draw(enum.Enum):
@@ -115,6 +124,12 @@ class FaultType:
     it replaces: no status, header, frame or byte of it (an error status, a reset or
     garbage before any head, an empty reply). The proxy modes then answer it without
     asking the upstream, and nothing is recorded."""
+    retryable: bool | None = None
+    """Whether a client should send the request it broke again (the verdicts of
+    `chaosllm.core.verdict`): True for a transient failure that a retry cures (not
+    retrying is ``gave_up_early``), False for one no retry cures (retrying is
+    ``retried_non_retryable``); None: the status of its answer decides (``http_error``),
+    or neither (an answer came, damaged: a client may ask again or fail cleanly)."""
 
 
 def _chunks(default: int) -> Param:
@@ -148,6 +163,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="the body ends early but cleanly: no finish chunk, no [DONE]",
         params={"after_chunks": _chunks(2)},
         transform=t.truncated_stream,
+        retryable=True,
         simplicity=6,
     ),
     FaultType(
@@ -155,6 +171,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="part of the body, then the socket is closed (FIN)",
         params={"after_chunks": _chunks(2), "after_bytes": _BYTES},
         transform=t.dropped_connection,
+        retryable=True,
         simplicity=5,
     ),
     FaultType(
@@ -170,6 +187,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         params={"retry_after": _retry(None, Draw.RETRY_AFTER), "message": _MESSAGE},
         transform=t.http_503,
         answers_alone=_always,
+        retryable=True,
         simplicity=0,
     ),
     FaultType(
@@ -185,6 +203,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         params={"retry_after": _retry(1.0, Draw.RETRY_AFTER), "message": _MESSAGE},
         transform=t.http_429,
         answers_alone=_always,
+        retryable=True,
         simplicity=1,
     ),
     FaultType(
@@ -214,6 +233,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         },
         transform=t.connection_reset,
         answers_alone=_before_any_byte,
+        retryable=True,
         simplicity=4,
     ),
     FaultType(
@@ -221,6 +241,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="the connection is closed with no bytes at all",
         transform=t.empty_reply,
         answers_alone=_always,
+        retryable=True,
         simplicity=3,
     ),
     FaultType(
@@ -270,6 +291,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         },
         transform=t.stall,
         silence_param="max_ms",
+        retryable=True,
         simplicity=13,
     ),
     FaultType(
@@ -281,12 +303,29 @@ CATALOGUE: tuple[FaultType, ...] = (
         },
         transform=t.garbage,
         answers_alone=_before_a_head,
+        retryable=True,
         simplicity=10,
     ),
 )
 """Every fault type, in the spec's order (the order listings and errors use)."""
 
 FAULT_TYPES: Mapping[str, FaultType] = {entry.name: entry for entry in CATALOGUE}
+
+NON_RETRYABLE_CLASSES = frozenset({"insufficient_quota", "context_length_exceeded"})
+"""Named failure classes (SPEC §5) that no retry cures, by fault type name and by the
+error ``code`` an answer carries (a recorded answer's too): a retry after one is
+``retried_non_retryable`` whatever its status (``insufficient_quota`` is a 429), whether
+or not the catalogue has an entry of that name yet."""
+
+
+def retryable_type(type_name: str) -> bool | None:
+    """`FaultType.retryable` of a type by name: False for the `NON_RETRYABLE_CLASSES`
+    (entry or not), None for a name the catalogue does not have."""
+    if type_name in NON_RETRYABLE_CLASSES:
+        return False
+    entry = FAULT_TYPES.get(type_name)
+    return entry.retryable if entry is not None else None
+
 
 MALFORMED_TOOL_ARGS = FAULT_TYPES["malformed_tool_args"]
 """Named for ``chaosllm doctor``, whose check for recorded tool-call arguments that are
