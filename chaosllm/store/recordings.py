@@ -13,6 +13,7 @@ with its path and what is wrong, and every other file still loads.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,15 @@ from typing import Any
 from chaosllm.errors import RecordingError
 from chaosllm.model import Exchange, Keying
 from chaosllm.paths import safe_child, shipped_dir
-from chaosllm.store.formats import NATIVE, RECORDING_SUFFIXES, read_file, recording_files
+from chaosllm.providers import PROVIDERS
+from chaosllm.store.cache import CacheSnapshot, RecordingsCache, default_cache
+from chaosllm.store.formats import (
+    NATIVE,
+    RECORDING_SUFFIXES,
+    read_file,
+    recording_files,
+    recording_paths,
+)
 from chaosllm.store.formats.native import FORMAT_VERSION, exchange_to_json, parse_exchange
 
 __all__ = [
@@ -56,10 +65,19 @@ class RecordingStore:
     scenario_info: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """What a fixture file says about its whole scenario besides the answers (a trace's
     memory snapshot, HTTP exchanges, expectations), by scenario."""
+    cache: RecordingsCache | None = None
+    """Where what was loaded before is kept (`chaosllm.store.cache`): files unchanged
+    since are not parsed again. None: every file is parsed."""
 
     @classmethod
-    def load(cls, dirs: Iterable[Path]) -> RecordingStore:
-        store = cls(dirs=[Path(d) for d in dirs])
+    def load(
+        cls, dirs: Iterable[Path], *, cache: RecordingsCache | bool | None = True
+    ) -> RecordingStore:
+        """The exchanges of `dirs`; `cache`: True for the user's load cache
+        (`chaosllm.store.cache.default_cache`, off when ``CHAOSLLM_NO_CACHE`` is set), a
+        `RecordingsCache`, or False/None to parse every file."""
+        chosen = default_cache() if cache is True else cache or None
+        store = cls(dirs=[Path(d) for d in dirs], cache=chosen)
         store.reload()
         return store
 
@@ -81,13 +99,45 @@ class RecordingStore:
             if not root.is_dir():
                 errors.append(RecordingError(str(root), "not a directory"))
                 continue
-            for path in recording_files(root):
+            paths = recording_paths(root)
+            snapshot = self._snapshot(root, len(paths))
+            if snapshot is None:
+                for path in paths:
+                    try:
+                        exchanges.extend(read_file(Path(path), root=root))
+                    except RecordingError as exc:
+                        errors.append(exc)
+                continue
+            for path in paths:
                 try:
-                    exchanges.extend(read_file(path, root=root))
+                    info: os.stat_result | None = os.stat(path)
+                except OSError:
+                    info = None  # read_file says why
+                if info is not None:
+                    cached = snapshot.get(path, info)
+                    if cached is not None:
+                        exchanges.extend(cached)
+                        continue
+                try:
+                    found = read_file(Path(path), root=root)
                 except RecordingError as exc:
                     errors.append(exc)
+                    continue
+                exchanges.extend(found)
+                if info is not None:
+                    snapshot.add(path, info, found)
+            assert self.cache is not None
+            self.cache.write(snapshot)
         self._index(exchanges)
         self.errors = errors
+
+    def _snapshot(self, root: Path, files: int) -> CacheSnapshot | None:
+        """What the cache holds for `root`; None: no cache for it (none configured, too few
+        files to be worth one, or the cache would sit inside the recordings)."""
+        cache = self.cache
+        if cache is None or files < cache.min_files or not cache.usable_for(str(root)):
+            return None
+        return cache.read(str(root))
 
     def _index(self, exchanges: list[Exchange]) -> None:
         by_digest: dict[tuple[str, str], list[Exchange]] = {}
@@ -135,7 +185,7 @@ class RecordingStore:
     def models(self) -> list[str]:
         found: set[str] = set()
         for exchange in self.exchanges:
-            model = exchange.request.body.get("model")
+            model = _model(exchange)
             if isinstance(model, str):
                 found.add(model)
         return sorted(found)
@@ -150,7 +200,7 @@ class RecordingStore:
                 "scenario": e.scenario,
                 "provider": e.provider,
                 "digest": e.digest,
-                "model": e.request.body.get("model"),
+                "model": _model(e),
                 "stream": e.response.stream,
                 "status": e.response.status,
                 "source": e.source,
@@ -163,5 +213,12 @@ class RecordingStore:
 
 
 def _model(exchange: Exchange) -> str | None:
-    model = exchange.request.body.get("model") if isinstance(exchange.request.body, dict) else None
+    """The model a recorded request asks for, as its provider reads it (`model_of`: a
+    Bedrock request names it ``modelId``)."""
+    provider = PROVIDERS.get(exchange.provider)
+    body = exchange.request.body
+    if provider is not None:
+        model = provider.model_of(body)
+    else:
+        model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else None

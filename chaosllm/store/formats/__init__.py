@@ -61,6 +61,7 @@ __all__ = [
     "read_data",
     "read_file",
     "recording_files",
+    "recording_paths",
 ]
 
 
@@ -172,14 +173,21 @@ def read_file(path: Path, *, root: Path, fmt: str | None = None) -> list[Exchang
 def recording_files(root: Path) -> list[Path]:
     """The files under `root` in any of `RECORDING_SUFFIXES` (hidden ones and those in
     hidden directories left out), in a stable order."""
-    found: list[Path] = []
+    return [Path(p) for p in recording_paths(root)]
+
+
+def recording_paths(root: Path) -> list[str]:
+    """`recording_files` as strings, spelt as ``str()`` of those paths (pathlib's paths
+    cost a fifth of a 10k-file load)."""
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found.extend(
-            Path(dirpath) / f
-            for f in sorted(filenames)
-            if f.endswith(RECORDING_SUFFIXES) and not f.startswith(".")
-        )
+        names = [f for f in filenames if f.endswith(RECORDING_SUFFIXES) and not f.startswith(".")]
+        if not names:
+            continue
+        top = str(Path(dirpath))
+        prefix = "" if top == "." else top if top.endswith(os.sep) else top + os.sep
+        found.extend(prefix + f for f in sorted(names))
     return found
 
 
