@@ -16,6 +16,7 @@ from typing import Any
 from chaosllm.errors import ChaosLLMError
 from chaosllm.providers.anthropic_messages import AnthropicMessages
 from chaosllm.providers.base import ErrorKind, Provider, canonical_json, sha256_digest
+from chaosllm.providers.gemini import Gemini
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.providers.openai_responses import OpenAIResponses
 
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "PROVIDERS",
     "AnthropicMessages",
+    "Gemini",
     "OpenAIChat",
     "OpenAIResponses",
     "Provider",
@@ -34,7 +36,8 @@ __all__ = [
 ]
 
 PROVIDERS: dict[str, Provider] = {
-    provider.name: provider for provider in (AnthropicMessages(), OpenAIChat(), OpenAIResponses())
+    provider.name: provider
+    for provider in (AnthropicMessages(), OpenAIChat(), OpenAIResponses(), Gemini())
 }
 
 DEFAULT_PROVIDER: Provider = PROVIDERS["openai.chat"]

@@ -1,0 +1,821 @@
+"""Gemini ``generateContent``: canonical requests, plans, error envelopes, stream assembly.
+
+Theory of operation
+-------------------
+Gemini names the model and the method in the path, not the body:
+``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``, the
+same under ``/v1/models/...`` (what ``google-genai`` calls by default), and Vertex AI's
+``/v1/projects/{p}/locations/{l}/publishers/google/models/{m}:...`` (``/v1beta1``, what
+``google-genai`` calls with ``vertexai=True``; also without the project, Vertex's
+express mode). `bind` folds the path into the request chaosllm keys and records: the
+model (``"model"``), whether it streams (``"stream": true``) and how (``"alt": "sse"``
+for ``?alt=sse``, else a streamed JSON array). The API key (``key=`` in the query, or
+``x-goog-api-key``) is never folded in.
+
+The digest covers what decides the answer (model, contents, systemInstruction,
+tools, toolConfig, the structured-output fields of generationConfig, cachedContent)
+and nothing of transport or sampling (temperature, maxOutputTokens, the framing), so a
+streamed and a non-streamed request hit the same recording.
+
+An answer is a ``GenerateContentResponse``: ``candidates`` (each a ``content`` of
+``parts`` -- text, thought text, ``functionCall`` with ``args`` as a JSON object --
+with ``finishReason``, ``safetyRatings``...), ``usageMetadata``, ``modelVersion``,
+``responseId``. A stream is a sequence of such responses, each one part of the answer:
+with ``alt=sse`` one ``data: <json>`` event each (frames end with ``\\r\\n\\r\\n``, as
+Google sends them); without, the elements of one JSON array (``[``, ``,\\r\\n`` between
+elements, ``]`` at the end). The last response carries ``finishReason``, the candidate's
+other fields and the full ``usageMetadata``; the earlier ones the prompt's token count.
+Recorded (SSE) frames replay verbatim, or as array elements for a request without
+``alt=sse``.
+
+Errors are Google's envelope ``{"error": {"code", "message", "status"}}`` (``status``
+the RPC code: ``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``, ``UNAVAILABLE``...), with
+``details`` (``google.rpc.BadRequest``, ``google.rpc.ErrorInfo``) on the errors
+chaosllm answers itself; mid-stream, the same envelope as one more event.
+
+Faults: the frame that finishes an answer is the one with a ``finishReason`` (or a
+blocked prompt's ``promptFeedback``, an error, the array's ``]``). A function call's
+``args`` is a JSON object (a ``Struct``) on the wire: Gemini cannot send invalid JSON
+arguments; when the model writes a call it cannot parse, it answers
+``finishReason: MALFORMED_FUNCTION_CALL`` with the broken call's text in
+``finishMessage`` and no ``functionCall`` part. That is ``malformed_tool_args`` here,
+JSON and stream alike (the call's arguments cut into invalid JSON text, in the message).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+from chaosllm.errors import InvalidRequest
+from chaosllm.model import JSON, RecordedChunk, RecordedResponse
+from chaosllm.providers import sse
+from chaosllm.providers.base import Provider, cut_json, text_pieces, type_name
+from chaosllm.providers.conversation import ConversationChecks, Finding
+from chaosllm.providers.embeddings import embed
+
+__all__ = [
+    "AUX_METHODS",
+    "GEMINI_CHECKS",
+    "Gemini",
+    "batch_embed_answer",
+    "count_tokens_answer",
+    "embed_answer",
+    "gemini_has_system_prompt",
+    "model_prefixes",
+    "predict_answer",
+    "validate_gemini_conversation",
+]
+
+GENERATE: Final = "generateContent"
+STREAM: Final = "streamGenerateContent"
+AUX_METHODS: Final = ("countTokens", "embedContent", "batchEmbedContents", "predict")
+"""The other methods of a model path (`chaosllm.http.gemini` answers them)."""
+
+_PREFIXES: Final = (
+    "/v1beta/models",
+    "/v1/models",
+    "/v1beta1/projects/{project}/locations/{location}/publishers/google/models",
+    "/v1/projects/{project}/locations/{location}/publishers/google/models",
+    "/v1beta1/publishers/google/models",
+    "/v1/publishers/google/models",
+)
+
+
+def model_prefixes() -> tuple[str, ...]:
+    """The path prefixes a model path starts with (``{model}:<method>`` follows)."""
+    return _PREFIXES
+
+
+ROLES = frozenset({"user", "model", "function"})
+_PART_DATA = (
+    "text",
+    "inlineData",
+    "fileData",
+    "functionCall",
+    "functionResponse",
+    "executableCode",
+    "codeExecutionResult",
+    "inline_data",
+    "file_data",
+    "function_call",
+    "function_response",
+)
+_BOUND = ("model", "stream", "alt")
+"""What `bind` folds into a request: never part of what a client sends."""
+_STRUCTURED = ("responseMimeType", "responseSchema", "responseJsonSchema", "response_json_schema")
+"""The fields of generationConfig that decide the answer's shape (part of the digest)."""
+
+_SSE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"sse": True}))
+_ARRAY: tuple[str, Mapping[str, Any]] = ("json-array", MappingProxyType({"sse": False}))
+_ARRAY_HEADERS: Final = (("content-type", "application/json; charset=UTF-8"),)
+
+_FRAME_END: Final = "\r\n\r\n"
+_ARRAY_END: Final = "]"
+
+_STATUSES: Mapping[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    412: "FAILED_PRECONDITION",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "NOT_IMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_PIECE_WORDS = 4
+"""Words per streamed text chunk (Gemini streams a few words to a sentence at a time)."""
+
+
+def rpc_status(status: int) -> str:
+    """The google.rpc code name Google's APIs answer an HTTP status with."""
+    if status in _STATUSES:
+        return _STATUSES[status]
+    return "INTERNAL" if status >= 500 else "FAILED_PRECONDITION"
+
+
+def _fail(message: str, field: str | None = None) -> InvalidRequest:
+    return InvalidRequest(message, param=field, code="INVALID_ARGUMENT")
+
+
+def _tokens(characters: int) -> int:
+    """About four characters a token (Google's own rule of thumb for Gemini models)."""
+    return math.ceil(characters / 4)
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every ``text`` string of a contents-like value (contents, a content, parts)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "text" and isinstance(item, str):
+                yield item
+            elif isinstance(item, (dict, list)):
+                yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+
+
+def _payloads(frames: Sequence[str]) -> Iterator[Any]:
+    """The JSON payload of each frame: an SSE event's data, or a streamed array's element
+    (the ``[``, ``,`` and ``]`` around it removed); frames that are neither are skipped."""
+    for frame in frames:
+        text = frame.strip()
+        if text.startswith("data:"):
+            for data in sse.iter_data([frame]):
+                try:
+                    yield json.loads(data)
+                except json.JSONDecodeError:
+                    continue
+            continue
+        text = text.lstrip("[,").rstrip("]").strip()
+        if text:
+            try:
+                yield json.loads(text)
+            except json.JSONDecodeError:
+                continue
+
+
+def _finishes(payload: Any) -> bool:
+    if not isinstance(payload, dict):
+        return False
+    if "error" in payload:
+        return True
+    feedback = payload.get("promptFeedback")
+    if isinstance(feedback, dict) and feedback.get("blockReason"):
+        return True
+    candidates = payload.get("candidates")
+    return isinstance(candidates, list) and any(
+        isinstance(c, dict) and c.get("finishReason") for c in candidates
+    )
+
+
+def _sse_frame(payload: JSON) -> str:
+    return "data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + _FRAME_END
+
+
+def _array_frames(payloads: Sequence[str]) -> list[str]:
+    """Compact JSON texts as the frames of a streamed JSON array (and its ``]``)."""
+    frames = [("[" if i == 0 else ",\r\n") + text for i, text in enumerate(payloads)]
+    return [*frames, _ARRAY_END] if frames else ["[", _ARRAY_END]
+
+
+# -- the conversation (the request-validator oracle) ---------------------------------------
+
+
+def _contents(body: JSON) -> list[tuple[int, dict[str, Any]]]:
+    contents = body.get("contents") if isinstance(body, dict) else None
+    if not isinstance(contents, list):
+        return []
+    return [(i, c) for i, c in enumerate(contents) if isinstance(c, dict)]
+
+
+def _parts_of(content: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    parts = content.get("parts")
+    return [
+        p[key]
+        for p in (parts if isinstance(parts, list) else [])
+        if isinstance(p, dict) and isinstance(p.get(key), dict)
+    ]
+
+
+def _call_key(call: Mapping[str, Any]) -> str:
+    return str(call.get("id") or call.get("name"))
+
+
+def validate_gemini_conversation(body: JSON, *, expects_system: bool = False) -> list[Finding]:
+    """The defects of a Gemini request's ``contents``: each ``functionCall`` of a model turn
+    needs a ``functionResponse`` (same id, else same name) in the very next turn, and each
+    ``functionResponse`` answers a call of the turn right before it; the first turn is the
+    user's; the same user text twice in a row is a turn persisted twice."""
+    findings: list[Finding] = []
+    contents = _contents(body)
+    if contents and contents[0][1].get("role", "user") != "user":
+        findings.append(
+            Finding(
+                "role_order",
+                "Please ensure that multiturn requests alternate between user and model: the "
+                "first content must be the user's.",
+                index=contents[0][0],
+                param="contents[0].role",
+            )
+        )
+    offered: dict[str, None] = {}
+    previous: dict[str, Any] | None = None
+    at = 0
+    for i, content in contents:
+        pending = dict(offered)
+        for response in _parts_of(content, "functionResponse"):
+            key = _call_key(response)
+            if key in pending:
+                del pending[key]
+                continue
+            findings.append(
+                Finding(
+                    "orphan_tool_result",
+                    f"Please ensure that function response turn comes immediately after a "
+                    f"function call turn: contents[{i}] answers {key!r}, which the turn "
+                    f"before it does not call.",
+                    index=i,
+                    param=f"contents[{i}].parts",
+                )
+            )
+        if pending:
+            findings.append(_unanswered(at, pending))
+        if previous is not None and content.get("role", "user") == "user" == previous.get(
+            "role", "user"
+        ):
+            text = "\n".join(_texts(content.get("parts"))).strip()
+            if text and text == "\n".join(_texts(previous.get("parts"))).strip():
+                findings.append(
+                    Finding(
+                        "doubled_user_message",
+                        f"contents[{i}] repeats the user turn right before it: the same user "
+                        f"message was sent twice.",
+                        index=i,
+                        param=f"contents[{i}].parts",
+                    )
+                )
+        offered = {}
+        if content.get("role") == "model":
+            offered = {_call_key(c): None for c in _parts_of(content, "functionCall")}
+        previous, at = content, i
+    if offered:
+        findings.append(_unanswered(at, offered))
+    if expects_system and not gemini_has_system_prompt(body):
+        findings.append(
+            Finding(
+                "missing_system_prompt",
+                "The request has no systemInstruction, but the recording answering it was "
+                "made with one: the harness lost its system prompt.",
+                param="systemInstruction",
+            )
+        )
+    return findings
+
+
+def _unanswered(index: int, keys: Mapping[str, None]) -> Finding:
+    return Finding(
+        "orphan_tool_call",
+        f"Please ensure that function call turn comes immediately before a function response "
+        f"turn: the function calls of contents[{index}] ({', '.join(keys)}) have no "
+        f"functionResponse in the next turn.",
+        index=index,
+        param=f"contents[{index}]",
+    )
+
+
+def gemini_has_system_prompt(body: JSON) -> bool:
+    """Whether a Gemini request has a (non-empty) ``systemInstruction``."""
+    system = body.get("systemInstruction") if isinstance(body, dict) else None
+    if isinstance(system, str):
+        return bool(system.strip())
+    return bool("".join(_texts(system)).strip())
+
+
+GEMINI_CHECKS = ConversationChecks(validate_gemini_conversation, gemini_has_system_prompt)
+
+
+class Gemini(Provider):
+    """The `gemini.generate_content` provider (Gemini API and Vertex AI model paths)."""
+
+    name = "gemini.generate_content"
+    path_templates = tuple(f"{p}/{{model}}:{m}" for p in _PREFIXES for m in (GENERATE, STREAM))
+    client_header = "x-goog-api-client"
+    conversation = GEMINI_CHECKS
+    turn_key = "contents"
+    arguments_key = "args"
+
+    # -- requests ---------------------------------------------------------------
+
+    def path_params(self, path: str) -> dict[str, str] | None:
+        """The template's parameters, and the method the path calls (``method``)."""
+        params = super().path_params(path)
+        if params is not None:
+            params["method"] = path.rsplit(":", 1)[1]
+        return params
+
+    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
+        if not isinstance(body, dict):
+            raise _fail(
+                f"Invalid JSON payload received. Expected an object, but got {type_name(body)}.",
+            )
+        alt = parse_qs(query).get("alt", [""])[-1]
+        if alt not in ("", "sse", "json"):
+            raise _fail(f"Invalid value at 'alt' ({alt!r}): chaosllm serves json and sse.", "alt")
+        bound = {k: v for k, v in body.items() if k not in _BOUND}
+        bound["model"] = params.get("model", "").removeprefix("models/")
+        if params.get("method") == STREAM:
+            bound["stream"] = True
+            if alt == "sse":
+                bound["alt"] = "sse"
+        return bound
+
+    def validate(self, body: JSON) -> None:
+        if not isinstance(body, dict):
+            raise _fail("Invalid JSON payload received. Root element must be a message.")
+        contents = body.get("contents")
+        if contents is None or contents == []:
+            raise _fail("* GenerateContentRequest.contents: contents is not specified", "contents")
+        if not isinstance(contents, list):
+            raise _fail(
+                f"Invalid value at 'contents' ({type_name(contents)}): expected a list of Content.",
+                "contents",
+            )
+        for i, content in enumerate(contents):
+            where = f"contents[{i}]"
+            if not isinstance(content, dict):
+                raise _fail(f"Invalid value at '{where}' ({type_name(content)}).", where)
+            role = content.get("role")
+            if role is not None and role not in ROLES:
+                raise _fail(
+                    f"Please use a valid role: user, model. (got {role!r} at {where}.role)",
+                    f"{where}.role",
+                )
+            parts = content.get("parts")
+            if not isinstance(parts, list) or not parts:
+                raise _fail(
+                    f"* GenerateContentRequest.{where}.parts: contents.parts must not be empty.",
+                    f"{where}.parts",
+                )
+            for j, part in enumerate(parts):
+                if not isinstance(part, dict) or not any(k in part for k in _PART_DATA):
+                    raise _fail(
+                        f"* GenerateContentRequest.{where}.parts[{j}].data: required oneof "
+                        f"field 'data' must have one initialized field",
+                        f"{where}.parts[{j}]",
+                    )
+        for key, types, kind in (
+            ("systemInstruction", (dict, str), "Content"),
+            ("tools", (list,), "a list of Tool"),
+            ("toolConfig", (dict,), "ToolConfig"),
+            ("generationConfig", (dict,), "GenerationConfig"),
+            ("safetySettings", (list,), "a list of SafetySetting"),
+        ):
+            if key in body and body[key] is not None and not isinstance(body[key], types):
+                raise _fail(
+                    f"Invalid value at '{key}' ({type_name(body[key])}): expected {kind}.", key
+                )
+
+    def canonical(self, body: JSON) -> JSON:
+        config = body.get("generationConfig")
+        structured = (
+            {k: config[k] for k in _STRUCTURED if k in config} if isinstance(config, dict) else {}
+        )
+        return {
+            "model": body.get("model"),
+            "contents": [
+                {k: v for k, v in c.items() if k in ("role", "parts")} if isinstance(c, dict) else c
+                for c in body.get("contents") or []
+            ],
+            "systemInstruction": body.get("systemInstruction"),
+            "tools": body.get("tools"),
+            "toolConfig": body.get("toolConfig"),
+            "generationConfig": structured or None,
+            "cachedContent": body.get("cachedContent"),
+        }
+
+    def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
+        """``alt=sse``: SSE events; without: a streamed JSON array."""
+        return _SSE if isinstance(body, dict) and body.get("alt") == "sse" else _ARRAY
+
+    # -- stream framing ---------------------------------------------------------
+
+    def stream_headers(self, options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        return sse.SSE_HEADERS if options.get("sse", True) else _ARRAY_HEADERS
+
+    # -- responses --------------------------------------------------------------
+
+    def is_answer(self, body: JSON) -> bool:
+        return (
+            isinstance(body, dict)
+            and "error" not in body
+            and ("candidates" in body or "promptFeedback" in body)
+        )
+
+    def recorded_frames(
+        self, response: RecordedResponse, options: Mapping[str, Any], request: JSON
+    ) -> Sequence[RecordedChunk]:
+        """The recorded events, or (no ``alt=sse``) their payloads as array elements."""
+        chunks = response.chunks
+        assert chunks is not None
+        if options.get("sse", True):
+            return chunks
+        texts = [
+            json.dumps(p, separators=(",", ":"), ensure_ascii=False)
+            for p in _payloads([c.data for c in chunks])
+        ]
+        frames = _array_frames(texts)
+        delays = [c.delay_ms for c in chunks] + [0.0] * (len(frames) - len(chunks))
+        return tuple(RecordedChunk(f, d) for f, d in zip(frames, delays, strict=False))
+
+    def stream_frames(self, answer: Mapping[str, Any], *, sse: bool = True) -> list[str]:
+        """The frames of `answer` streamed as the API streams it: a response per text piece
+        (a few words), per function call and per other part, the last one with the
+        finish reason, the candidate's other fields and the full usage."""
+        payloads = _stream_payloads(answer)
+        if sse:
+            return [_sse_frame(p) for p in payloads]
+        return _array_frames(
+            [json.dumps(p, separators=(",", ":"), ensure_ascii=False) for p in payloads]
+        )
+
+    def envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """``{"error": {"code", "message", "status"}}``; an error chaosllm answers itself
+        also names what it is in ``details`` (the field, as ``google.rpc.BadRequest``; its
+        code, as ``google.rpc.ErrorInfo``), as Google's own errors do."""
+        error: dict[str, Any] = {"code": status, "message": message, "status": rpc_status(status)}
+        details: list[dict[str, Any]] = []
+        if kind is not None and param is not None:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [{"field": param, "description": message}],
+                }
+            )
+        if kind is not None and code is not None and code != error["status"]:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": code.upper(),
+                    "domain": "chaosllm",
+                    "metadata": {"code": code},
+                }
+            )
+        if details:
+            error["details"] = details
+        return {"error": error}
+
+    def models_body(self, model_ids: Sequence[str]) -> JSON:
+        """Gemini's ``models.list`` shape (what ``google-genai``'s ``models.list`` reads)."""
+        return {
+            "models": [
+                {
+                    "name": f"models/{model}",
+                    "version": "001",
+                    "displayName": model,
+                    "description": "A model of chaosllm's recordings.",
+                    "inputTokenLimit": 1048576,
+                    "outputTokenLimit": 65536,
+                    "supportedGenerationMethods": ["generateContent", "countTokens"],
+                }
+                for model in model_ids
+            ]
+        }
+
+    # -- assembly ---------------------------------------------------------------
+
+    def assemble(self, frames: Sequence[str]) -> JSON:
+        answer: dict[str, Any] = {}
+        candidates: dict[int, dict[str, Any]] = {}
+        for payload in _payloads(frames):
+            if not isinstance(payload, dict):
+                continue
+            if "error" in payload:
+                return payload
+            for key, value in payload.items():
+                if key != "candidates":
+                    answer[key] = value
+            for candidate in payload.get("candidates") or []:
+                if isinstance(candidate, dict):
+                    _merge_candidate(candidates, candidate)
+        if candidates or "promptFeedback" not in answer:
+            answer = {"candidates": [candidates[i] for i in sorted(candidates)], **answer}
+        return answer
+
+    def stream_complete(self, frames: Sequence[str]) -> bool:
+        return any(_finishes(p) for p in _payloads(frames))
+
+    # -- what faults need -------------------------------------------------------
+
+    def frame_finishes(self, frame: str) -> bool:
+        if frame.strip() == _ARRAY_END:
+            return True
+        return any(_finishes(p) for p in _payloads([frame]))
+
+    def stream_error_frame(self, message: str, *, status: int) -> bytes:
+        return _sse_frame(self.error_answer(message, status=status)).encode("utf-8")
+
+    def empty_answer(self, body: JSON) -> JSON:
+        """What Gemini answers when the model writes nothing: each candidate a content
+        with a role and no parts, ``finishReason: STOP``, no candidate tokens."""
+        empty = copy.deepcopy(body)
+        for candidate in empty.get("candidates") or []:
+            if isinstance(candidate, dict):
+                candidate["content"] = {"role": "model"}
+                candidate["finishReason"] = "STOP"
+                candidate.pop("finishMessage", None)
+        usage = empty.get("usageMetadata")
+        if isinstance(usage, dict):
+            usage.pop("candidatesTokenCount", None)
+            usage.pop("thoughtsTokenCount", None)
+            usage.pop("candidatesTokensDetails", None)
+            usage["totalTokenCount"] = usage.get("promptTokenCount", 0)
+        return empty
+
+    def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
+        for candidate in answer.get("candidates") or []:
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            for part in (content or {}).get("parts") or []:
+                if isinstance(part, dict) and isinstance(part.get("functionCall"), dict):
+                    yield part["functionCall"]
+
+    def break_tool_arguments(self, body: JSON) -> JSON | None:
+        """``finishReason: MALFORMED_FUNCTION_CALL``, the call's arguments cut into invalid
+        JSON in ``finishMessage``, and no ``functionCall`` part (see the module doc)."""
+        if not isinstance(body, dict):
+            return None
+        broken = copy.deepcopy(body)
+        found = False
+        for candidate in broken.get("candidates") or []:
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            parts = (content or {}).get("parts") or []
+            calls = [
+                p["functionCall"] for p in parts if isinstance(p, dict) and "functionCall" in p
+            ]
+            if not calls or not isinstance(content, dict):
+                continue
+            found = True
+            call = calls[0]
+            args = call.get("args")
+            text = cut_json(json.dumps(args, ensure_ascii=False) if args else "")
+            kept = [p for p in parts if not (isinstance(p, dict) and "functionCall" in p)]
+            if kept:
+                content["parts"] = kept
+            else:
+                candidate["content"] = {}
+            candidate["finishReason"] = "MALFORMED_FUNCTION_CALL"
+            candidate["finishMessage"] = f"Malformed function call: {call.get('name')}{text}"
+        return broken if found else None
+
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        return {
+            "candidates": [
+                {
+                    "content": {
+                        "parts": [
+                            {
+                                "text": f"[chaosllm fallback] No recording matches this "
+                                f"request (digest {digest})."
+                            }
+                        ],
+                        "role": "model",
+                    },
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": 0,
+                "candidatesTokenCount": 0,
+                "totalTokenCount": 0,
+            },
+            "modelVersion": body.get("model", "") if isinstance(body, dict) else "",
+            "responseId": "chaosllm" + digest[:16],
+        }
+
+
+def _stream_payloads(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The responses a stream of `answer` is made of (see `Gemini.stream_frames`)."""
+    top = {k: v for k, v in answer.items() if k not in ("candidates", "usageMetadata")}
+    usage = answer.get("usageMetadata")
+    early_usage = None
+    if isinstance(usage, dict) and "promptTokenCount" in usage:
+        early_usage = {
+            "promptTokenCount": usage["promptTokenCount"],
+            "totalTokenCount": usage["promptTokenCount"],
+        }
+    payloads: list[dict[str, Any]] = []
+
+    def response(candidate: dict[str, Any], final: bool) -> dict[str, Any]:
+        payload: dict[str, Any] = {"candidates": [candidate]}
+        if final and usage is not None:
+            payload["usageMetadata"] = usage
+        elif early_usage is not None:
+            payload["usageMetadata"] = early_usage
+        payload.update(top)
+        return payload
+
+    candidates = answer.get("candidates") or []
+    if not candidates:
+        final = {k: v for k, v in answer.items()}
+        return [final]
+    for candidate in candidates:
+        index = candidate.get("index", 0)
+        content = candidate.get("content") or {}
+        role = content.get("role", "model")
+        pieces: list[dict[str, Any]] = []
+        for part in content.get("parts") or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"]:
+                words = text_pieces(part["text"])
+                groups = [
+                    "".join(words[i : i + _PIECE_WORDS]) for i in range(0, len(words), _PIECE_WORDS)
+                ]
+                pieces.append({**part, "text": groups[0]})
+                rest = {"thought": True} if part.get("thought") else {}
+                pieces.extend({"text": g, **rest} for g in groups[1:])
+            else:
+                pieces.append(part)
+        others = {k: v for k, v in candidate.items() if k not in ("content", "index")}
+        for i, part in enumerate(pieces):
+            last = i == len(pieces) - 1
+            piece: dict[str, Any] = {"content": {"parts": [part], "role": role}}
+            if last:
+                piece.update(others)
+            piece["index"] = index
+            payloads.append(response(piece, last))
+        if not pieces:
+            empty = {**candidate, "content": {k: v for k, v in content.items() if k != "parts"}}
+            if "parts" in content:
+                empty["content"]["parts"] = []
+            payloads.append(response(empty, True))
+    return payloads
+
+
+def _merge_candidate(candidates: dict[int, dict[str, Any]], candidate: Mapping[str, Any]) -> None:
+    index = candidate.get("index", 0)
+    state = candidates.setdefault(index, {})
+    content = candidate.get("content")
+    for key, value in candidate.items():
+        if key != "content":
+            state[key] = value
+    if not isinstance(content, dict):
+        return
+    merged = state.setdefault("content", {})
+    for key, value in content.items():
+        if key != "parts":
+            merged[key] = value
+    if "parts" in content:
+        parts = merged.setdefault("parts", [])
+        for part in content["parts"] or []:
+            _merge_part(parts, part)
+    # Keys in the order of an answer: content first, index after the candidate's fields.
+    ordered = {"content": state.pop("content")}
+    ordered.update(state)
+    state.clear()
+    state.update(ordered)
+
+
+def _merge_part(parts: list[Any], part: Any) -> None:
+    """Append a streamed part: text continuing the text part before it (of the same kind,
+    thought or not) joins it; an empty text part adds nothing."""
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        if part["text"] == "" and set(part) <= {"text", "thought"}:
+            return
+        last = parts[-1] if parts else None
+        if (
+            isinstance(last, dict)
+            and isinstance(last.get("text"), str)
+            and bool(last.get("thought")) == bool(part.get("thought"))
+        ):
+            last["text"] += part["text"]
+            last.update({k: v for k, v in part.items() if k not in ("text", "thought")})
+            return
+    parts.append(copy.deepcopy(part))
+
+
+# -- the other methods of a model path (pure answers; `chaosllm.http.gemini` serves them) -------
+
+
+def count_tokens_answer(body: JSON, *, vertex: bool = False) -> dict[str, Any]:
+    """``:countTokens``: about four characters a token of every text of the request."""
+    if not isinstance(body, dict):
+        raise _fail("Invalid JSON payload received. Root element must be a message.")
+    request = body.get("generateContentRequest", body)
+    characters = sum(len(t) for t in _texts(request if isinstance(request, dict) else {}))
+    total = _tokens(characters)
+    answer: dict[str, Any] = {
+        "totalTokens": total,
+        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": total}],
+    }
+    if vertex:
+        answer["totalBillableCharacters"] = characters
+    return answer
+
+
+def _content_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+        raise _fail(f"* {where}: content is not specified", where)
+    return "".join(_texts(content["parts"]))
+
+
+def _dimensions(request: Mapping[str, Any], default: int) -> int:
+    size = request.get("outputDimensionality", default)
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 8192:
+        raise _fail(
+            f"* outputDimensionality: must be between 1 and 8192 (got {size!r})",
+            "outputDimensionality",
+        )
+    return size
+
+
+DEFAULT_DIMENSIONS: Final = 768
+
+
+def embed_answer(body: JSON, model: str) -> dict[str, Any]:
+    """``:embedContent``: a deterministic unit vector of the content's text."""
+    if not isinstance(body, dict):
+        raise _fail("Invalid JSON payload received. Root element must be a message.")
+    text = _content_text(body.get("content"), "EmbedContentRequest.content")
+    return {"embedding": {"values": embed(model, text, _dimensions(body, DEFAULT_DIMENSIONS))}}
+
+
+def batch_embed_answer(body: JSON, model: str) -> dict[str, Any]:
+    """``:batchEmbedContents``: one `embed_answer` vector per request."""
+    requests = body.get("requests") if isinstance(body, dict) else None
+    if not isinstance(requests, list) or not requests:
+        raise _fail("* BatchEmbedContentsRequest.requests: requests is not specified", "requests")
+    embeddings = []
+    for i, request in enumerate(requests):
+        if not isinstance(request, dict):
+            raise _fail(f"Invalid value at 'requests[{i}]'.", f"requests[{i}]")
+        where = f"BatchEmbedContentsRequest.requests[{i}].content"
+        text = _content_text(request.get("content"), where)
+        embeddings.append({"values": embed(model, text, _dimensions(request, DEFAULT_DIMENSIONS))})
+    return {"embeddings": embeddings}
+
+
+def predict_answer(body: JSON, model: str) -> dict[str, Any]:
+    """Vertex AI's ``:predict`` for text-embedding models (``instances`` of ``content``)."""
+    instances = body.get("instances") if isinstance(body, dict) else None
+    if not isinstance(instances, list) or not instances:
+        raise _fail("instances is not specified", "instances")
+    parameters = body.get("parameters") if isinstance(body, dict) else None
+    size = _dimensions(
+        {
+            "outputDimensionality": (parameters or {}).get(
+                "outputDimensionality", DEFAULT_DIMENSIONS
+            )
+        },
+        DEFAULT_DIMENSIONS,
+    )
+    predictions = []
+    for i, instance in enumerate(instances):
+        text = instance.get("content") if isinstance(instance, dict) else None
+        if not isinstance(text, str):
+            raise _fail(f"instances[{i}].content is not specified", f"instances[{i}].content")
+        predictions.append(
+            {
+                "embeddings": {
+                    "values": embed(model, text, size),
+                    "statistics": {"truncated": False, "token_count": _tokens(len(text))},
+                }
+            }
+        )
+    return {"predictions": predictions}
