@@ -35,6 +35,7 @@ import logging
 import math
 import re
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -142,6 +143,8 @@ class Proxy:
     drawn: tuple[FaultSpec, ...] = ()
     """Faults that drew (and lost) their probability for this request before it was
     forwarded: `fault_upstream` does not draw them again."""
+    turn: int = 0
+    """The session's n-th provider request (``match.turn``)."""
 
 
 Decision = Reply | Proxy
@@ -174,13 +177,22 @@ class _Request:
     digest: str
     stream: bool
     model: Any
+    turn: int = 0
+    """The session's n-th provider request since the last reset (from 1)."""
     fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def info(self) -> RequestInfo:
         model = self.model if isinstance(self.model, str) else None
+        call = self.call
         return RequestInfo(
-            path=self.call.path, model=model, session=self.call.session, stream=self.stream
+            path=call.path,
+            model=model,
+            session=call.session,
+            stream=self.stream,
+            turn=self.turn,
+            provider=call.provider,
+            body=self.body,
         )
 
     def journal_fields(self) -> dict[str, Any]:
@@ -301,6 +313,7 @@ class Engine:
                 seed=config.seed,
                 history_size=config.fault_history_size,
                 max_sessions=config.max_sessions,
+                monotonic=self.clock.monotonic,
             )
         )
         self.redactor = redactor if redactor is not None else Redactor(config.secrets)
@@ -315,17 +328,24 @@ class Engine:
         self._reasks: OrderedDict[str | None, _Reask] = OrderedDict()
         """Per session (the most recently used last), the recording a fault armed with
         ``reask`` broke: its next miss is answered with it (one each, newest wins)."""
+        self._turns: OrderedDict[str | None, int] = OrderedDict()
+        """Per session (the most recently used last), how many provider requests it made
+        since the last reset (``match.turn``); the newest `max_sessions` sessions."""
+        self._turns_lock = threading.Lock()
 
     # -- the decision -----------------------------------------------------------------
 
-    def handle(self, call: ProviderCall) -> Decision:
+    def handle(self, call: ProviderCall, *, turn: int | None = None) -> Decision:
         """What `call` gets, as the mode says: a replayed recording (replay), that or the
         upstream's answer, recorded, when there is none (record-missing), always the
         upstream's answer, recorded (record) or not (passthrough). Armed faults apply in
-        every mode."""
+        every mode. `turn`: the session's request number of a call handled again (None: a
+        new request, counted)."""
+        if turn is None:
+            turn = self._next_turn(call.session)
         mode = self.config.mode
         if mode is Mode.RECORD or mode is Mode.PASSTHROUGH:
-            return self._proxy_unparsed(call, record=mode is Mode.RECORD)
+            return self._proxy_unparsed(call, record=mode is Mode.RECORD, turn=turn)
         if self._minted:
             minted = self._minted.get(call.session)
             if minted:
@@ -361,7 +381,7 @@ class Engine:
                 return Reply(plan, entry)
             self._prepared.put(key, prepared)
         body = prepared.body
-        request = _Request(call, body, prepared.digest, prepared.stream, prepared.model)
+        request = _Request(call, body, prepared.digest, prepared.stream, prepared.model, turn)
         findings = [dict(f) for f in prepared.findings]
         request.fields["findings"] = findings
         if findings and self.config.strict:
@@ -522,7 +542,7 @@ class Engine:
             if mocked:
                 mock_llm.log_miss(request.body)
         if self.config.mode is Mode.RECORD_MISSING:
-            return self._proxy(call, request.body, record=True, miss=True)
+            return self._proxy(call, request.body, record=True, miss=True, turn=request.turn)
         if self.config.on_miss is not OnMiss.FALLBACK:
             explanation = self._after_a_fault(call.session) + exc.explanation
             log.warning("miss: %s", explanation)
@@ -576,7 +596,7 @@ class Engine:
         for exchange in added:
             self.learn(exchange)
         log.info("[mock-llm] loaded fixture %s saved while serving", added[0].source)
-        return self.handle(call)
+        return self.handle(call, turn=request.turn)
 
     def _refuse(self, request: _Request, refusal: Refusal) -> Reply:
         plan = request.call.provider.render_error(
@@ -666,10 +686,14 @@ class Engine:
         plan: ResponsePlan,
         answer: JSON,
         only: Callable[[FaultSpec], bool] | None = None,
+        *,
+        waits: Callable[[FaultSpec], None] | None = None,
     ) -> tuple[ResponsePlan, Fired | None]:
         """The plan after the fault that fires on this request (if any), consumed from the
         board; the same for a replayed answer and a live upstream one. `only`: which of
-        the armed faults may (asked in FIFO order, before each one's draw)."""
+        the armed faults may (asked in FIFO order, before each one's draw). `waits`: the
+        answer is not known yet (a proxied request before it is forwarded); told of a fault
+        that may match the answer (`FaultBoard.take`)."""
         provider, body, digest = request.call.provider, request.body, request.digest
         path, timing = request.call.path, self.config.timing
 
@@ -682,7 +706,8 @@ class Engine:
         def applies(spec: FaultSpec) -> bool:
             return (only is None or only(spec)) and fault_applies(spec, provider, answer)
 
-        fired = self.board.take(request.info, applies)
+        info = replace(request.info, answer=answer, answer_known=waits is None)
+        fired = self.board.take(info, applies, waits=waits)
         if fired is None:
             return plan, None
         faulted = apply_fault(fired.spec, plan, ctx)
@@ -705,6 +730,7 @@ class Engine:
             proxy.digest,
             proxy.call.provider.wants_stream(proxy.body),
             proxy.body.get("model"),
+            proxy.turn,
         )
         drawn = proxy.drawn
 
@@ -728,7 +754,7 @@ class Engine:
 
     # -- the proxy modes --------------------------------------------------------------
 
-    def _proxy_unparsed(self, call: ProviderCall, *, record: bool) -> Decision:
+    def _proxy_unparsed(self, call: ProviderCall, *, record: bool, turn: int) -> Decision:
         # The upstream is the judge of the request: it is forwarded as it is, and only
         # recorded (and faulted) when it is a JSON object that can be keyed.
         try:
@@ -736,9 +762,11 @@ class Engine:
         except InvalidRequest:
             parsed = None
         body = self.redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
-        return self._proxy(call, body, record=record, miss=False)
+        return self._proxy(call, body, record=record, miss=False, turn=turn)
 
-    def _proxy(self, call: ProviderCall, body: JSON, *, record: bool, miss: bool) -> Decision:
+    def _proxy(
+        self, call: ProviderCall, body: JSON, *, record: bool, miss: bool, turn: int
+    ) -> Decision:
         provider = call.provider
         problem = None
         if body is None:
@@ -747,7 +775,16 @@ class Engine:
         stream = provider.wants_stream(body)
         model = provider.model_of(body) if body is not None else None
         model = model if isinstance(model, str) else None
-        info = RequestInfo(path=call.path, model=model, session=call.session, stream=stream)
+        info = RequestInfo(
+            path=call.path,
+            model=model,
+            session=call.session,
+            stream=stream,
+            turn=turn,
+            provider=provider,
+            body=body,
+            answer_known=False,
+        )
         headers: Headers = (("x-chaosllm-match", "upstream"),)
         if digest is not None:
             headers += (("x-chaosllm-digest", digest),)
@@ -755,7 +792,7 @@ class Engine:
         drawn: tuple[FaultSpec, ...] = ()
         if faultable:
             assert digest is not None
-            request = _Request(call, body, digest, stream, model)
+            request = _Request(call, body, digest, stream, model, turn)
             request.fields.update(match="upstream", miss=miss)
             reply, drawn, faultable = self._answer_alone(request, headers)
             if reply is not None:
@@ -781,6 +818,7 @@ class Engine:
             faultable=faultable,
             headers=headers,
             drawn=drawn,
+            turn=turn,
         )
 
     def _answer_alone(
@@ -805,7 +843,11 @@ class Engine:
             waiting = True  # this one needs the answer: it and those after it wait for it
             return False
 
-        plan, fired = self._take_fault(request, _NO_ANSWER, None, alone)
+        def wait(spec: FaultSpec) -> None:
+            nonlocal waiting
+            waiting = True  # it may match the answer: it and those after it wait for it
+
+        plan, fired = self._take_fault(request, _NO_ANSWER, None, alone, waits=wait)
         if fired is None:
             return None, tuple(drawn), waiting
         entry = self.journal.add(
@@ -843,6 +885,21 @@ class Engine:
         self.matcher.reset()
         self._minted.clear()
         self._reasks.clear()
+        with self._turns_lock:
+            self._turns.clear()
+
+    def _next_turn(self, session: str | None) -> int:
+        """Count a provider request of `session`: its number since the last reset (from
+        1). A session forgotten beyond `max_sessions` counts from 1 again."""
+        with self._turns_lock:
+            turns = self._turns
+            turn = turns.get(session, 0) + 1
+            turns[session] = turn
+            if turn > 1:
+                turns.move_to_end(session)
+            elif len(turns) > self.config.max_sessions:
+                turns.popitem(last=False)
+            return turn
 
 
 MAX_DEPTH = 128

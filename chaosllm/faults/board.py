@@ -1,10 +1,29 @@
 """The fault board: armed faults, FIFO firing, atomic consumption, seeded draws.
 
 Faults fire in the order they were armed: for each provider request the
-first armed fault that matches it (path, model, session, stream), applies to
-its answer, and wins its probability draw fires and uses one of its
-`remaining`. All of that happens under one lock, so under any concurrency a
-fault with ``remaining: N`` fires exactly N times.
+first armed fault that matches it (path, model, session, stream, contains, tool,
+turn), applies to its answer, is due by its schedule and wins its probability draw
+fires and uses one of its `remaining`. All of that happens under one lock, so under
+any concurrency a fault with ``remaining: N`` fires exactly N times.
+
+Schedules. A fault counts the matching requests offered to it (`ArmedFault.seen`):
+those that match it, that it applies to, and that no fault armed before it took (a
+request is offered to each fault once, also in the proxy modes, where it may be
+offered before and after the upstream answers). With ``after_requests: N`` the first
+N pass; with ``every: K`` only the K-th, 2K-th... after those is due. Its probability
+is drawn on the due ones only. Counting happens under the same lock as consumption,
+so ``every: 3`` fires on exactly a third of the matching requests under any
+concurrency. ``ttl_ms`` disarms a fault once that many milliseconds (on the board's
+`monotonic` clock: the engine's `Clock`) have passed since it was armed.
+
+Request facts. ``match.contains`` and ``match.tool`` read the request body (its last
+user message, the tools it offers) and the answer (the tools it calls) through the
+provider (`Provider.last_user_text`, `tool_names`, `called_tool_names`), only when a
+fault armed for the request asks, and once per request. Before the upstream has
+answered (`RequestInfo.answer_known` false), a ``tool`` the request does not offer
+may still be called by the answer: `may_fire` says the fault may fire (the proxy then
+reads the answer whole), and `take` leaves it (and the faults armed after it) for the
+answer.
 
 Probability draws are deterministic: the k-th draw of the n-th fault armed for
 a session (``match.session``; faults without one count together) since the last
@@ -36,6 +55,8 @@ from typing import Any
 
 from chaosllm.errors import ConfigError
 from chaosllm.faults.spec import FaultSpec
+from chaosllm.model import JSON
+from chaosllm.providers.base import Provider
 
 __all__ = [
     "DEFAULT_HISTORY_SIZE",
@@ -58,6 +79,61 @@ class RequestInfo:
     model: str | None
     session: str | None
     stream: bool
+    turn: int = 0
+    """The session's n-th provider request since the last reset (from 1; 0: not counted,
+    which no ``match.turn`` matches)."""
+    provider: Provider | None = field(default=None, compare=False)
+    """The protocol that reads `body` and `answer` (None: ``contains`` and ``tool`` never
+    match)."""
+    body: JSON = field(default=None, compare=False)
+    """The request body (as recorded: redacted)."""
+    answer: JSON = field(default=None, compare=False)
+    """The answer a fault would transform."""
+    answer_known: bool = True
+    """False before a proxied request's upstream has answered (`answer` is not yet
+    known)."""
+
+
+class _Facts:
+    """What ``match.contains`` and ``match.tool`` read off one request, each read once and
+    only when a fault asks."""
+
+    __slots__ = ("_offered", "_request", "_text", "_tools")
+
+    _UNREAD: Any = object()
+
+    def __init__(self, request: RequestInfo) -> None:
+        self._request = request
+        self._text: Any = self._UNREAD
+        self._offered: frozenset[str] | None = None
+        self._tools: frozenset[str] | None = None
+
+    def text(self) -> str | None:
+        """The text of the request's last user message."""
+        if self._text is self._UNREAD:
+            r = self._request
+            self._text = r.provider.last_user_text(r.body) if r.provider is not None else None
+        text: str | None = self._text
+        return text
+
+    def offered(self) -> frozenset[str]:
+        """The tools the request offers."""
+        if self._offered is None:
+            r = self._request
+            self._offered = r.provider.tool_names(r.body) if r.provider is not None else frozenset()
+        return self._offered
+
+    def tools(self) -> frozenset[str]:
+        """The tools the request offers or its answer calls."""
+        if self._tools is None:
+            r = self._request
+            called = (
+                r.provider.called_tool_names(r.answer)
+                if r.provider is not None and r.answer_known
+                else frozenset()
+            )
+            self._tools = self.offered() | called
+        return self._tools
 
 
 @dataclass(slots=True)
@@ -71,19 +147,35 @@ class ArmedFault:
     draws: int = 0
     draw_key: str = ""
     """Seeds this fault's draws: its session and its rank among that session's faults."""
+    seen: int = 0
+    """How many matching requests were offered to it (what `after_requests` and `every`
+    count)."""
+    expires: float | None = None
+    """When `ttl_ms` disarms it, on the board's monotonic clock (None: never)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, now: float | None = None) -> dict[str, Any]:
+        """As ``GET /__fault`` lists it; with `now` (the board's monotonic time), a fault
+        with a ``ttl_ms`` says how long it has left (``expires_in_ms``)."""
+        data = {
             "id": self.id,
             **self.spec.to_json(),
             "remaining": self.remaining,
             "fired": self.fired,
             "armed_at": self.armed_at,
         }
+        if self.spec.counts_requests:
+            data["seen"] = self.seen
+        if self.expires is not None and now is not None:
+            data["expires_in_ms"] = round(max(0.0, self.expires - now) * 1000, 3)
+        return data
 
-    def matches(self, request: RequestInfo) -> bool:
+    def matches(
+        self, request: RequestInfo, facts: _Facts | None = None, *, maybe: bool = False
+    ) -> bool:
+        """Whether the request is one it fires on; `maybe`: a ``tool`` the request does not
+        offer counts as matched while the answer is unknown (it may call it)."""
         m = self.spec.match
-        return (
+        if not (
             (m.session is None or m.session == request.session)
             and (m.model is None or m.model == request.model)
             and (
@@ -92,7 +184,28 @@ class ArmedFault:
                 or m.path == request.path.removeprefix("/v1")
             )
             and (m.stream is None or m.stream == request.stream)
-        )
+            and (m.turn is None or m.turn == request.turn)
+        ):
+            return False
+        if not m.reads_body:
+            return True
+        facts = facts if facts is not None else _Facts(request)
+        if m.contains is not None:
+            text = facts.text()
+            if text is None or m.contains not in text:
+                return False
+        if m.tool is not None and m.tool not in facts.tools():
+            return maybe and not request.answer_known
+        return True
+
+    def due(self) -> bool:
+        """Counts one more matching request; whether the schedule lets it fire on it."""
+        self.seen += 1
+        spec = self.spec
+        if not spec.counts_requests:
+            return True
+        passed = self.seen - spec.after_requests
+        return passed > 0 and passed % spec.every == 0
 
 
 @dataclass(slots=True)
@@ -107,9 +220,11 @@ class Fired:
     time: float
     request_seq: int | None = None
     left: int = 0
+    seen: int = 0
+    """Which matching request offered to the fault it fired on (1: the first)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "id": self.fault_id,
             "type": self.type,
             "session": self.session,
@@ -119,6 +234,9 @@ class Fired:
             "remaining": self.left,
             "spec": self.spec.to_json(),
         }
+        if self.spec.counts_requests:
+            data["seen"] = self.seen
+        return data
 
 
 @dataclass
@@ -128,6 +246,8 @@ class FaultBoard:
     """How many firings `history` keeps (the newest; 0: none, only `counts`)."""
     max_sessions: int = DEFAULT_MAX_SESSIONS
     """Of how many sessions the draw ranks are kept (see the module doc)."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock `ttl_ms` is measured on (seconds; the engine's `Clock.monotonic`)."""
     _armed: list[ArmedFault] = field(default_factory=list)
     _history: deque[Fired] = field(init=False)
     _fired_total: int = field(default=0, init=False)
@@ -141,6 +261,8 @@ class FaultBoard:
     """The armed faults by (match.session, match.model): a request only looks at the
     (up to four) buckets that can match it, so faults armed for other sessions or
     models cost it nothing. A bucket is dropped when its last fault goes."""
+    _expiring: int = field(default=0, init=False)
+    """How many armed faults have a ``ttl_ms`` (none: nothing to expire)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.history_size, bool) or not (
@@ -167,12 +289,34 @@ class FaultBoard:
 
     def _gone(self, fault: ArmedFault) -> None:
         """Bookkeeping for a fault that left `_armed` (under the lock)."""
+        if fault.expires is not None:
+            self._expiring -= 1
         session = fault.spec.match.session
         left = self._live[session] - 1
         if left:
             self._live[session] = left
         else:
             del self._live[session]
+
+    def _remove(self, fault: ArmedFault) -> None:
+        """Take one fault off the board (under the lock)."""
+        self._armed.remove(fault)
+        key = self._key(fault)
+        bucket = self._buckets[key]
+        bucket.remove(fault)
+        if not bucket:
+            del self._buckets[key]
+        self._gone(fault)
+
+    def _expire(self) -> float | None:
+        """Disarm the faults whose ``ttl_ms`` has passed (under the lock); the time now,
+        when any fault has a ``ttl_ms``."""
+        if not self._expiring:
+            return None
+        now = self.monotonic()
+        for fault in [f for f in self._armed if f.expires is not None and f.expires <= now]:
+            self._remove(fault)
+        return now
 
     def _rank(self, session: str | None) -> int:
         """The next rank of `session`'s faults; forgets the least recently armed
@@ -220,12 +364,17 @@ class FaultBoard:
         """Arm validated specs, in order, all at once."""
         with self._lock:
             now = time.time()
+            ticks = self.monotonic() if any(s.ttl_ms is not None for s in specs) else 0.0
             armed = []
             for spec in specs:
                 number = next(self._numbers)
                 session = spec.match.session
                 self._live[session] = self._live.get(session, 0) + 1
                 rank = self._rank(session)
+                expires = None
+                if spec.ttl_ms is not None:
+                    expires = ticks + spec.ttl_ms / 1000
+                    self._expiring += 1
                 armed.append(
                     ArmedFault(
                         id=f"flt_{number}",
@@ -234,6 +383,7 @@ class FaultBoard:
                         remaining=spec.remaining,
                         armed_at=now,
                         draw_key=f"{session!r}:{rank}",
+                        expires=expires,
                     )
                 )
             self._armed.extend(armed)
@@ -244,11 +394,13 @@ class FaultBoard:
     def disarm(self, fault_id: str | None = None) -> int:
         """Disarm one fault (by id) or all; how many were disarmed."""
         with self._lock:
+            self._expire()
             if fault_id is None:
                 count = len(self._armed)
                 self._armed.clear()
                 self._buckets.clear()
                 self._live.clear()
+                self._expiring = 0
                 return count
             gone = [f for f in self._armed if f.id == fault_id]
             if not gone:
@@ -269,10 +421,12 @@ class FaultBoard:
             self._fired_total = 0
             self._ranks.clear()
             self._live.clear()
+            self._expiring = 0
 
     def armed(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [f.to_json() for f in self._armed]
+            now = self._expire()
+            return [f.to_json(now) for f in self._armed]
 
     def history(self, session: str | None = None) -> list[Fired]:
         """The newest `history_size` firings (of one session), oldest first."""
@@ -299,17 +453,37 @@ class FaultBoard:
         if not self._armed:
             return False
         with self._lock:
-            return any(fault.matches(request) for fault in self._candidates(request))
+            self._expire()
+            facts = _Facts(request)
+            return any(
+                fault.matches(request, facts, maybe=True) for fault in self._candidates(request)
+            )
 
     def take(
-        self, request: RequestInfo, applies: Callable[[FaultSpec], bool] = lambda spec: True
+        self,
+        request: RequestInfo,
+        applies: Callable[[FaultSpec], bool] = lambda spec: True,
+        *,
+        waits: Callable[[FaultSpec], None] | None = None,
     ) -> Fired | None:
-        """The fault that fires on this request, consumed; None if none does."""
+        """The fault that fires on this request, consumed; None if none does. `waits`: told
+        of the first fault that may match once the answer is known (a ``tool`` the answer
+        may call, `RequestInfo.answer_known` false); it and the faults armed after it wait
+        for the answer, and none fires now."""
         if not self._armed:
             return None
         with self._lock:
+            self._expire()
+            facts = _Facts(request)
             for fault in self._candidates(request):
-                if not fault.matches(request) or not applies(fault.spec):
+                if not fault.matches(request, facts):
+                    if waits is not None and fault.matches(request, facts, maybe=True):
+                        waits(fault.spec)
+                        return None
+                    continue
+                if not applies(fault.spec):
+                    continue
+                if not fault.due():
                     continue
                 if fault.spec.probability < 1.0:
                     draw = random.Random(f"{self.seed}:{fault.draw_key}:{fault.draws}").random()
@@ -319,13 +493,7 @@ class FaultBoard:
                 fault.remaining -= 1
                 fault.fired += 1
                 if fault.remaining <= 0:
-                    self._armed.remove(fault)
-                    key = self._key(fault)
-                    bucket = self._buckets[key]
-                    bucket.remove(fault)
-                    if not bucket:
-                        del self._buckets[key]
-                    self._gone(fault)
+                    self._remove(fault)
                 fired = Fired(
                     fault_id=fault.id,
                     type=fault.spec.type,
@@ -334,6 +502,7 @@ class FaultBoard:
                     path=request.path,
                     time=time.time(),
                     left=fault.remaining,
+                    seen=fault.seen,
                 )
                 self._history.append(fired)
                 self._fired_total += 1

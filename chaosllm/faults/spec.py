@@ -8,6 +8,12 @@ that the type does not take, or a value out of range raises `InvalidFaultSpec`
 whose message lists the valid types or that type's parameters. Numbers must be finite
 and within float range, and text valid Unicode (no lone surrogate such as ``\\ud800``):
 an armed fault is always one that can be listed (``GET /__fault``) and rendered.
+
+Besides its type's parameters a spec holds when it fires: ``match`` (which requests:
+path, model, session, stream, and ``contains``, ``tool``, ``turn``, facts the provider
+reads off the request and its answer) and the schedule (``remaining``, ``probability``,
+``after_requests``, ``every``, ``ttl_ms``), which the fault board (`chaosllm.faults.board`)
+keeps exactly.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ __all__ = [
     "COMMON_FIELDS",
     "FAULT_TYPES",
     "MATCH_FIELDS",
+    "SCHEDULE_FIELDS",
     "FaultSpec",
     "FaultType",
     "Match",
@@ -42,12 +49,23 @@ COMMON_FIELDS: Mapping[str, str] = {
     "remaining": "how many requests it fires on before it is gone (integer >= 1, default 1)",
     "probability": "chance of firing on a matching request, drawn from the seeded RNG "
     "(0-1, default 1)",
-    "match": "which requests it fires on: an object with path, model, session, stream",
+    "match": "which requests it fires on: an object with any of path, model, session, "
+    "stream, contains (a substring of the last user message), tool (a tool the request "
+    "offers or the answer calls), turn (the session's n-th provider request, from 1)",
+    "after_requests": "let this many matching requests pass before it may fire "
+    "(integer >= 0, default 0)",
+    "every": "fire only on every n-th matching request (after after_requests): the n-th, "
+    "2n-th... (integer >= 1, default 1)",
+    "ttl_ms": "disarm it this many milliseconds after it is armed, fired or not (a number "
+    "> 0, default: never)",
     "reask": "true: the next request of the session that no recording answers (the client's "
     "re-ask of the broken answer: a retry prompt, the validation error, the tool error) gets "
     "the recording this fault broke, unfaulted (journaled as match reask; default false)",
 }
-MATCH_FIELDS = ("path", "model", "session", "stream")
+MATCH_FIELDS = ("path", "model", "session", "stream", "contains", "tool", "turn")
+SCHEDULE_FIELDS: Mapping[str, type] = {"after_requests": int, "every": int, "ttl_ms": float}
+"""The schedule's fields beyond ``remaining`` and ``probability``, and their kinds (the
+CLI's ``fault arm`` flags and the query typing follow them)."""
 
 
 def _camel(name: str) -> str:
@@ -60,8 +78,9 @@ _ALIASES: Mapping[str, str] = {
     for entry in FAULT_TYPES.values()
     for name in entry.params
     if _camel(name) != name
-}
-"""camelCase spellings accepted for every parameter (``afterChunks``)."""
+} | {_camel(name): name for name in SCHEDULE_FIELDS if _camel(name) != name}
+"""camelCase spellings accepted for every parameter (``afterChunks``) and schedule field
+(``afterRequests``, ``ttlMs``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +89,17 @@ class Match:
     model: str | None = None
     session: str | None = None
     stream: bool | None = None
+    contains: str | None = None
+    """A substring of the text of the request's last user message (case-sensitive)."""
+    tool: str | None = None
+    """The name of a tool the request offers or its answer calls."""
+    turn: int | None = None
+    """The session's n-th provider request since the last reset (from 1)."""
+
+    @property
+    def reads_body(self) -> bool:
+        """Whether matching reads the request body or the answer (`contains`, `tool`)."""
+        return self.contains is not None or self.tool is not None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in MATCH_FIELDS if getattr(self, k) is not None}
@@ -84,6 +114,17 @@ class FaultSpec:
     match: Match = field(default_factory=Match)
     reask: bool = False
     """Whether the session's next miss is answered from the recording it broke."""
+    after_requests: int = 0
+    """How many matching requests it lets pass before it may fire."""
+    every: int = 1
+    """It may fire only on every n-th matching request (counted after `after_requests`)."""
+    ttl_ms: float | None = None
+    """Milliseconds after arming when it is disarmed (None: never)."""
+
+    @property
+    def counts_requests(self) -> bool:
+        """Whether its schedule counts the matching requests (`after_requests`, `every`)."""
+        return self.after_requests > 0 or self.every > 1
 
     @property
     def entry(self) -> FaultType:
@@ -108,6 +149,12 @@ class FaultSpec:
             data["match"] = self.match.to_json()
         if self.reask:
             data["reask"] = True
+        if self.after_requests:
+            data["after_requests"] = self.after_requests
+        if self.every != 1:
+            data["every"] = self.every
+        if self.ttl_ms is not None:
+            data["ttl_ms"] = self.ttl_ms
         return data
 
 
@@ -234,6 +281,20 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
         raise InvalidFaultSpec(
             f"{t.name}: reask must be true or false, got {_shown(reask)}. " + _describe_type(t)
         )
+    after_requests = _count(raw.pop("after_requests", 0), "after_requests", 0, t)
+    every = _count(raw.pop("every", 1), "every", 1, t)
+    ttl_ms = raw.pop("ttl_ms", None)
+    if ttl_ms is not None:
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
+            raise InvalidFaultSpec(
+                f"{t.name}: ttl_ms must be a number, got {_shown(ttl_ms)}. " + _describe_type(t)
+            )
+        if _out_of_range(ttl_ms) or ttl_ms <= 0:
+            raise InvalidFaultSpec(
+                f"{t.name}: ttl_ms must be a number > 0 (milliseconds) within float range, "
+                f"got {_shown(ttl_ms)}. " + _describe_type(t)
+            )
+        ttl_ms = float(ttl_ms)
     raw.pop("id", None)  # echoed back by GET /__fault; ignored when re-armed
 
     params: dict[str, Any] = {}
@@ -258,7 +319,21 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
         probability=float(probability),
         match=match,
         reask=reask,
+        after_requests=after_requests,
+        every=every,
+        ttl_ms=ttl_ms,
     )
+
+
+def _count(value: Any, name: str, low: int, t: FaultType) -> int:
+    """A schedule's count (`after_requests`, `every`): an integer >= `low`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or _out_of_range(value):
+        huge = " within float range" if isinstance(value, int) and value > low else ""
+        raise InvalidFaultSpec(
+            f"{t.name}: {name} must be an integer >= {low}{huge}, got {_shown(value)}. "
+            + _describe_type(t)
+        )
+    return value
 
 
 def _parse_match(value: Any, t: FaultType) -> Match:
@@ -275,13 +350,28 @@ def _parse_match(value: Any, t: FaultType) -> Match:
             f"{t.name}: match has no field {sorted(unknown)[0]!r}; valid "
             f"fields: {', '.join(MATCH_FIELDS)}."
         )
-    for key in ("path", "model", "session"):
+    for key in ("path", "model", "session", "contains", "tool"):
         if value.get(key) is not None:
             if not isinstance(value[key], str):
-                raise InvalidFaultSpec(f"{t.name}: match.{key} must be a string.")
+                raise InvalidFaultSpec(
+                    f"{t.name}: match.{key} must be a string, got {_shown(value[key])}."
+                )
             _text(value[key], f"match.{key}", t)
+    for key in ("contains", "tool"):
+        if value.get(key) == "":
+            raise InvalidFaultSpec(
+                f"{t.name}: match.{key} must not be empty (leave it out to match any request)."
+            )
     if value.get("stream") is not None and not isinstance(value["stream"], bool):
         raise InvalidFaultSpec(f"{t.name}: match.stream must be true or false.")
+    turn = value.get("turn")
+    if turn is not None and (
+        isinstance(turn, bool) or not isinstance(turn, int) or turn < 1 or _out_of_range(turn)
+    ):
+        raise InvalidFaultSpec(
+            f"{t.name}: match.turn must be an integer >= 1 (the session's n-th provider "
+            f"request, counting from 1), got {_shown(turn)}."
+        )
     return Match(**{k: value.get(k) for k in MATCH_FIELDS})
 
 
@@ -328,13 +418,20 @@ def _typed(text: str, kind: type) -> Any:
         return _scalar(text)  # "1.5" for an integer: refused as 1.5, as in a JSON spec
 
 
-_COMMON_KINDS: Mapping[str, type] = {"remaining": int, "probability": float, "reask": bool}
+_COMMON_KINDS: Mapping[str, type] = {
+    "remaining": int,
+    "probability": float,
+    "reask": bool,
+    **SCHEDULE_FIELDS,
+}
+_MATCH_KINDS: Mapping[str, type] = {"stream": bool, "turn": int}
 
 
 def spec_from_query(type_name: str, query: Iterable[tuple[str, str]]) -> dict[str, Any]:
     """The JSON spec that ``POST /__fault/{type}?k=v&...`` stands for, each value typed
     by the kind of the parameter it sets (text parameters stay strings: ``message=404``).
-    ``session``, ``model``, ``path`` and ``stream`` (or ``match.NAME``) fill ``match``.
+    ``session``, ``model``, ``path``, ``stream``, ``contains``, ``tool`` and ``turn``
+    (or ``match.NAME``) fill ``match``.
     Values that fit no kind are passed on as they are, for `parse_fault_spec` to refuse."""
     entry = FAULT_TYPES.get(type_name)
     spec: dict[str, Any] = {"type": type_name}
@@ -342,13 +439,13 @@ def spec_from_query(type_name: str, query: Iterable[tuple[str, str]]) -> dict[st
     for key, text in query:
         name = key.removeprefix("match.")
         if name in MATCH_FIELDS:
-            match[name] = _typed(text, bool) if name == "stream" else text
+            match[name] = _typed(text, _MATCH_KINDS.get(name, str))
             continue
         param = entry.params.get(_ALIASES.get(name, name)) if entry is not None else None
         if param is not None:
             spec[name] = _typed(text, param.kind)
-        elif name in _COMMON_KINDS:
-            spec[name] = _typed(text, _COMMON_KINDS[name])
+        elif _ALIASES.get(name, name) in _COMMON_KINDS:
+            spec[name] = _typed(text, _COMMON_KINDS[_ALIASES.get(name, name)])
         else:
             spec[name] = _scalar(text)
     if match:

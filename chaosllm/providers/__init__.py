@@ -17,6 +17,7 @@ from chaosllm.errors import ChaosLLMError
 from chaosllm.providers.anthropic_messages import AnthropicMessages
 from chaosllm.providers.base import ErrorKind, Provider, canonical_json, sha256_digest
 from chaosllm.providers.gemini import Gemini
+from chaosllm.providers.ollama import OllamaChat, OllamaGenerate
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.providers.openai_responses import OpenAIResponses
 
@@ -25,6 +26,8 @@ __all__ = [
     "PROVIDERS",
     "AnthropicMessages",
     "Gemini",
+    "OllamaChat",
+    "OllamaGenerate",
     "OpenAIChat",
     "OpenAIResponses",
     "Provider",
@@ -37,7 +40,14 @@ __all__ = [
 
 PROVIDERS: dict[str, Provider] = {
     provider.name: provider
-    for provider in (AnthropicMessages(), OpenAIChat(), OpenAIResponses(), Gemini())
+    for provider in (
+        AnthropicMessages(),
+        OpenAIChat(),
+        OpenAIResponses(),
+        Gemini(),
+        OllamaChat(),
+        OllamaGenerate(),
+    )
 }
 
 DEFAULT_PROVIDER: Provider = PROVIDERS["openai.chat"]

@@ -38,6 +38,7 @@ from typing import Any
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
+from chaosllm.providers import facts
 from chaosllm.providers.base import ErrorKind, Provider, text_pieces, type_name
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
 from chaosllm.providers.sse import event_frame, event_types, iter_events
@@ -66,6 +67,12 @@ _KIND_TYPES: Mapping[str, str] = {
 
 sse_event = event_frame
 """One frame: ``event: <type>`` and the compact JSON payload (`sse.event_frame`)."""
+
+
+_TEXT_BLOCKS = frozenset({"text"})
+"""The content blocks holding text a user wrote (``match.contains`` reads them)."""
+_CALLS = frozenset({"tool_use", "server_tool_use"})
+"""The content blocks of an answer that call a tool (``match.tool`` reads their names)."""
 
 
 def _error_type(status: int) -> str:
@@ -314,6 +321,21 @@ class AnthropicMessages(Provider):
         for block in answer.get("content") or []:
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 yield block
+
+    def last_user_text(self, body: JSON) -> str | None:
+        messages = body.get("messages") if isinstance(body, dict) else None
+        return facts.last_user_text(messages, _TEXT_BLOCKS)
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        return facts.tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
+
+    def called_tool_names(self, answer: JSON) -> frozenset[str]:
+        content = answer.get("content") if isinstance(answer, dict) else None
+        return facts.names_of(
+            block
+            for block in (content if isinstance(content, list) else ())
+            if isinstance(block, dict) and block.get("type") in _CALLS
+        )
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
         broken = super().break_tool_arguments(body)

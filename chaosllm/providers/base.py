@@ -57,7 +57,7 @@ from chaosllm.model import (
     RecordedResponse,
     ResponsePlan,
 )
-from chaosllm.providers import sse
+from chaosllm.providers import facts, sse
 from chaosllm.providers.conversation import ConversationChecks, Finding
 
 __all__ = [
@@ -585,6 +585,28 @@ class Provider(abc.ABC):
             text = value if isinstance(value, str) else json.dumps(value) if value else ""
             call[self.arguments_key] = cut_json(text)
         return broken if calls else None
+
+    # -- what fault matching reads (``match.contains``, ``match.tool``) -----------------
+
+    def last_user_text(self, body: JSON) -> str | None:
+        """The text of the request's last user message that holds text (its text parts
+        joined by newlines), or None: what ``match.contains`` searches. Never raises (a
+        proxied body may hold anything). None by default."""
+        return None
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        """The names of the tools the request offers (``match.tool``); none by default."""
+        return frozenset()
+
+    def called_tool_names(self, answer: JSON) -> frozenset[str]:
+        """The names of the tools an answer calls (``match.tool``), read without changing
+        it: by default the ``name`` of each object `tool_calls` yields (a copy's)."""
+        if not isinstance(answer, dict):
+            return frozenset()
+        try:
+            return facts.names_of(self.tool_calls(copy.deepcopy(answer)))
+        except (AttributeError, TypeError, KeyError):
+            return frozenset()
 
     # -- fresh ids --------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from types import MappingProxyType
 from typing import Any
 
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse
+from chaosllm.providers import facts
 from chaosllm.providers.base import canonical_json, text_pieces
 from chaosllm.providers.conversation import CHAT_CHECKS
 from chaosllm.providers.openai_common import (
@@ -82,6 +83,10 @@ sse_frame = data_frame
 """One ``data:`` frame (`chaosllm.providers.sse.data_frame`)."""
 iter_frame_payloads = iter_data
 """The data of each event in some frames (`chaosllm.providers.sse.iter_data`)."""
+
+
+_TEXT_PARTS = frozenset({"text"})
+"""The content parts holding text a user wrote (``match.contains`` reads them)."""
 
 
 def _asks_usage(body: JSON) -> bool:
@@ -426,6 +431,29 @@ class OpenAIChat(OpenAIProvider):
         for choice in answer.get("choices") or []:
             for call in (choice.get("message") or {}).get("tool_calls") or []:
                 yield call.setdefault("function", {})
+
+    def last_user_text(self, body: JSON) -> str | None:
+        messages = body.get("messages") if isinstance(body, dict) else None
+        return facts.last_user_text(messages, _TEXT_PARTS)
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        if not isinstance(body, dict):
+            return frozenset()
+        return facts.tool_names(body.get("tools"), body.get("functions"))
+
+    def called_tool_names(self, answer: JSON) -> frozenset[str]:
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        calls: list[Any] = []
+        for choice in choices if isinstance(choices, list) else ():
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict):
+                continue
+            listed = message.get("tool_calls")
+            for call in listed if isinstance(listed, list) else ():
+                if isinstance(call, dict):
+                    calls.append(call.get("function"))
+            calls.append(message.get("function_call"))  # the legacy single call
+        return facts.names_of(calls)
 
     # -- fallback ---------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from chaosllm.model import JSON
+from chaosllm.providers import facts
 from chaosllm.providers.base import canonical_json, text_pieces
 from chaosllm.providers.conversation import RESPONSES_CHECKS
 from chaosllm.providers.openai_common import (
@@ -62,6 +63,10 @@ __all__ = ["OpenAIResponses", "iter_events", "sse_event"]
 
 _THREAD_KEYS = ("previous_response_id", "conversation")
 _NO_THREAD = ("null", "null")
+_TEXT_PARTS = frozenset({"input_text", "text"})
+"""The content parts holding text a user wrote (``match.contains`` reads them)."""
+_CALLS = frozenset({"function_call", "custom_tool_call"})
+"""The output items that call a tool by name (``match.tool`` reads them)."""
 
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.failed", "response.incomplete", "error"}
@@ -341,6 +346,21 @@ class OpenAIResponses(OpenAIProvider):
         for item in answer.get("output") or []:
             if isinstance(item, dict) and item.get("type") == "function_call":
                 yield item
+
+    def last_user_text(self, body: JSON) -> str | None:
+        items = body.get("input") if isinstance(body, dict) else None
+        return facts.last_user_text(items, _TEXT_PARTS)
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        return facts.tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
+
+    def called_tool_names(self, answer: JSON) -> frozenset[str]:
+        output = answer.get("output") if isinstance(answer, dict) else None
+        return facts.names_of(
+            item
+            for item in (output if isinstance(output, list) else ())
+            if isinstance(item, dict) and item.get("type") in _CALLS
+        )
 
     # -- fallback ---------------------------------------------------------------
 
