@@ -267,7 +267,9 @@ def _bind(provider: Provider, body: JSON, call: ProviderCall) -> JSON:
         return body
     params = provider.path_params(call.path)
     if params is None:
-        raise InvalidRequest(f"{call.path} is not a path {provider.name} serves.")
+        if call.path not in provider.paths:
+            raise InvalidRequest(f"{call.path} is not a path {provider.name} serves.")
+        params = {}
     return provider.bind(body, params, call.query.decode("latin-1"))
 
 

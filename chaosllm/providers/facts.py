@@ -33,8 +33,6 @@ def content_text(content: Any, text_types: frozenset[str]) -> str | None:
 def last_user_text(messages: Any, text_types: frozenset[str]) -> str | None:
     """The text of the last ``role: user`` message of `messages` that holds text (a user
     message of tool results only, as Anthropic sends them, is skipped: nobody wrote it)."""
-    if isinstance(messages, str):
-        return messages  # a bare prompt (the Responses API's ``input``)
     if not isinstance(messages, list):
         return None
     for message in reversed(messages):

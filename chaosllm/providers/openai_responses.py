@@ -349,6 +349,8 @@ class OpenAIResponses(OpenAIProvider):
 
     def last_user_text(self, body: JSON) -> str | None:
         items = body.get("input") if isinstance(body, dict) else None
+        if isinstance(items, str):
+            return items  # a bare prompt
         return facts.last_user_text(items, _TEXT_PARTS)
 
     def tool_names(self, body: JSON) -> frozenset[str]:
