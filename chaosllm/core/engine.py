@@ -38,14 +38,14 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from chaosllm.config import Mode, OnMiss, ServerConfig, session_scenario
 from chaosllm.core import mock_llm
 from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.journal import Journal, JournalEntry, answer_facts, ending_of, head_status
-from chaosllm.core.oracle import Refusal, precheck, review, strict_refusal
+from chaosllm.core.oracle import Refusal, Review, precheck, review, strict_refusal
 from chaosllm.errors import InvalidRequest, NoMatch
 from chaosllm.faults import (
     FAULT_TYPES,
@@ -66,7 +66,7 @@ from chaosllm.model import (
     ResponsePlan,
 )
 from chaosllm.providers.base import ErrorKind, Provider, swap_strings
-from chaosllm.store.matching import Match, Matcher
+from chaosllm.store.matching import Match, Matcher, Strategy
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
 
@@ -273,6 +273,17 @@ def _bind(provider: Provider, body: JSON, call: ProviderCall) -> JSON:
     return provider.bind(body, params, call.query.decode("latin-1"))
 
 
+_PLAN_FIELDS = tuple(f.name for f in fields(ResponsePlan))
+_PIECES = _PLAN_FIELDS.index("pieces")
+
+
+def _with_pieces(plan: ResponsePlan, pieces: tuple[Piece, ...]) -> ResponsePlan:
+    """`plan` with other pieces (`dataclasses.replace` costs several times as much)."""
+    values = [getattr(plan, name) for name in _PLAN_FIELDS]
+    values[_PIECES] = pieces
+    return ResponsePlan(*values)
+
+
 def _rendered(provider: Provider, body: JSON, answer: JSON, path: str, digest: str) -> Exchange:
     return Exchange(
         provider=provider.name,
@@ -320,6 +331,11 @@ class Engine:
         )
         self.redactor = redactor if redactor is not None else Redactor(config.secrets)
         self._prepared = _PreparedCache()
+        self._reviewed: dict[
+            tuple[int, int, str | None, bool],
+            tuple[JSON, Exchange, Exchange, tuple[dict[str, Any], ...], Refusal | None],
+        ] = {}
+        """Reviews of exact matches (`_review`), by prepared body and exchange."""
         self._headed: dict[
             tuple[int, Headers],
             tuple[ResponsePlan, tuple[ResponsePlan, int | None, str, tuple[str, ...]]],
@@ -402,14 +418,7 @@ class Engine:
         request.fields.update(
             recording=exchange.name, match=match.strategy.value, score=round(match.score, 4)
         )
-        checked = review(
-            provider,
-            body,
-            match,
-            workspace=self.matcher.workspace,
-            strict=self.config.strict,
-            findings=findings,
-        )
+        checked = self._review(provider, body, match, findings)
         if checked.refusal is not None:
             return self._refuse(request, checked.refusal)
         extra = (
@@ -450,9 +459,11 @@ class Engine:
         extra += (("x-chaosllm-digest", request.digest),)
         if mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name):
             extra += mock_llm.CORS_HEADERS  # as DocsGPT's stub answers
-        if pieces is None and fired is None:
+        if fired is None:
             plan, status, ending, estimated = self._headed_plan(plan, extra, request, exchange)
-        else:  # faulted, or fresh ids: a plan of its own, not kept
+            if pieces is not None:  # fresh ids: the same lengths, so the same head and ending
+                plan = _with_pieces(plan, pieces)
+        else:  # faulted: a plan of its own, not kept
             status, ending = head_status(plan), ending_of(plan)
             estimated = provider.estimated(exchange.response, request.body)
             headers = plan.headers + extra
@@ -475,6 +486,33 @@ class Engine:
             consumed=consumed,
             fired=fired,
         )
+
+    def _review(
+        self, provider: Provider, body: JSON, match: Match, findings: list[dict[str, Any]]
+    ) -> Review:
+        """`review`, worked out once for an exact match of the same prepared body (it is a
+        function of the body, the exchange, the workspace and ``--strict`` alone); its
+        findings are added to `findings` each time."""
+        workspace, strict = self.matcher.workspace, self.config.strict
+        if match.strategy is not Strategy.EXACT or match.request is not None:
+            return review(
+                provider, body, match, workspace=workspace, strict=strict, findings=findings
+            )
+        exchange = match.exchange
+        key = (id(body), id(exchange), workspace, strict)
+        kept = self._reviewed.get(key)
+        if kept is not None and kept[0] is body and kept[1] is exchange:
+            findings.extend([dict(f) for f in kept[3]])
+            return Review(kept[2], findings, kept[4])
+        before = len(findings)
+        checked = review(
+            provider, body, match, workspace=workspace, strict=strict, findings=findings
+        )
+        if len(self._reviewed) >= 1024:
+            self._reviewed.pop(next(iter(self._reviewed)), None)
+        added = tuple(dict(f) for f in findings[before:])
+        self._reviewed[key] = (body, exchange, checked.exchange, added, checked.refusal)
+        return checked
 
     def _headed_plan(
         self, plan: ResponsePlan, extra: Headers, request: _Request, exchange: Exchange
