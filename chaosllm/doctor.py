@@ -256,8 +256,11 @@ def _exchange_problems(exchange: Exchange) -> list[Problem]:
         problems.append(Problem("error", "stale_digest", path, where + message))
     body = exchange.request.body
     if exchange.keyed_by == Keying.REQUEST:
-        paths = provider.paths
-        if paths and exchange.request.path not in paths:
+        paths = (*provider.paths, *provider.path_templates)
+        served = exchange.request.path in provider.paths or (
+            provider.path_params(exchange.request.path) is not None
+        )
+        if paths and not served:
             problems.append(
                 Problem(
                     "error",

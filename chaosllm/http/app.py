@@ -23,7 +23,6 @@ from chaosllm.config import ServerConfig
 from chaosllm.core.engine import ProviderCall, Proxy, Reply
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
-from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
@@ -122,6 +121,21 @@ async def embeddings(request: Request) -> Response:
         return openai_error(400, exc.message, code=exc.code, param=exc.param)
 
 
+AZURE_EMBEDDINGS_PATHS = ("/openai/deployments/{deployment}/embeddings", "/openai/v1/embeddings")
+"""Azure OpenAI's embeddings: the deployment (when the path names one) is the model."""
+
+
+async def azure_embeddings(request: Request) -> Response:
+    try:
+        body = await json_body(request)
+        deployment = request.path_params.get("deployment")
+        if deployment is not None and isinstance(body, dict):
+            body = {**body, "model": deployment}
+        return JSONResponse(embeddings_response(body), headers=CORS_HEADERS)
+    except InvalidRequest as exc:
+        return openai_error(400, exc.message, code=exc.code, param=exc.param)
+
+
 async def models(request: Request) -> Response:
     """The models in the recordings, in the list shape of the SDK that asks."""
     provider = provider_for_client(request.headers.keys())
@@ -153,6 +167,7 @@ def _endpoints() -> list[tuple[str, str]]:
     return [
         *(("POST", path) for path in posts),
         *(("POST", path) for path in EMBEDDINGS_PATHS),
+        *(("POST", path) for path in AZURE_EMBEDDINGS_PATHS),
         *(("GET", path) for path in MODELS_PATHS),
     ]
 
@@ -186,9 +201,9 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
             for path in (*provider.paths, *provider.path_templates)
         ),
         *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
+        *(Route(path, azure_embeddings, methods=["POST"]) for path in AZURE_EMBEDDINGS_PATHS),
         *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),
         *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
-        *gemini_routes(),
         *ollama_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),

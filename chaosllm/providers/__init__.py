@@ -15,6 +15,7 @@ from typing import Any
 
 from chaosllm.errors import ChaosLLMError
 from chaosllm.providers.anthropic_messages import AnthropicMessages
+from chaosllm.providers.azure import AzureChat, AzureResponses
 from chaosllm.providers.base import ErrorKind, Provider, canonical_json, sha256_digest
 from chaosllm.providers.gemini import Gemini
 from chaosllm.providers.ollama import OllamaChat, OllamaGenerate
@@ -25,6 +26,8 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "PROVIDERS",
     "AnthropicMessages",
+    "AzureChat",
+    "AzureResponses",
     "Gemini",
     "OllamaChat",
     "OllamaGenerate",
@@ -47,6 +50,8 @@ PROVIDERS: dict[str, Provider] = {
         Gemini(),
         OllamaChat(),
         OllamaGenerate(),
+        AzureChat(),
+        AzureResponses(),
     )
 }
 

@@ -34,7 +34,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse
 from chaosllm.providers import facts
@@ -135,7 +135,7 @@ class OpenAIChat(OpenAIProvider):
     """The `openai.chat` provider (``POST /v1/chat/completions``)."""
 
     name = "openai.chat"
-    paths = ("/v1/chat/completions", "/chat/completions")
+    paths: ClassVar[tuple[str, ...]] = ("/v1/chat/completions", "/chat/completions")
     conversation = CHAT_CHECKS
     minted_prefixes = ("chatcmpl-", "call_")
 

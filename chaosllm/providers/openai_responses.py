@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from chaosllm.model import JSON
 from chaosllm.providers import facts
@@ -98,7 +98,7 @@ class OpenAIResponses(OpenAIProvider):
     """The `openai.responses` provider (``POST /v1/responses``)."""
 
     name = "openai.responses"
-    paths = ("/v1/responses", "/responses")
+    paths: ClassVar[tuple[str, ...]] = ("/v1/responses", "/responses")
     conversation = RESPONSES_CHECKS
     turn_key = "input"
     finishing_events = TERMINAL_EVENTS

@@ -41,6 +41,9 @@ _SERVER_OPTIONS = ("recordings", "seed", "on_miss", "timing", "match", "profile"
 _counters: dict[str, itertools.count[int]] = {}
 """Per test (node id), how many sessions it had: its ids are the same in every run."""
 
+AZURE_API_VERSION = "2024-10-21"
+"""The ``api-version`` the fixture's Azure client and env use."""
+
 
 class ChaosHandle:
     """What the `chaosllm` fixture gives a test: a server, seen through one session."""
@@ -79,9 +82,9 @@ class ChaosHandle:
             "OPENAI_API_KEY": "sk-chaosllm-test",
             "ANTHROPIC_BASE_URL": self.url,
             "ANTHROPIC_API_KEY": "sk-ant-chaosllm-test",
-            "GOOGLE_GEMINI_BASE_URL": self.url,
-            "GOOGLE_VERTEX_BASE_URL": self.url,
-            "GEMINI_API_KEY": "chaosllm-gemini-test",
+            "AZURE_OPENAI_ENDPOINT": self.url,
+            "AZURE_OPENAI_API_KEY": "chaosllm-azure-test",
+            "OPENAI_API_VERSION": AZURE_API_VERSION,
         }
 
     def arm(
@@ -155,20 +158,16 @@ class ChaosHandle:
         kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
         return anthropic.Anthropic(base_url=self.url, **kwargs)
 
-    def gemini(self, **kwargs: Any) -> Any:
-        """A `google.genai.Client` for this server and session (``generate_content`` and
-        ``generate_content_stream``, sync and through ``.aio``); ``http_options`` given
-        keep their other settings (retry options, timeout...)."""
-        from google import genai
-        from google.genai import types
+    def azure_openai(self, **kwargs: Any) -> Any:
+        """An `openai.AzureOpenAI` client for this server and session (pass
+        ``azure_deployment=`` to name a deployment in the base URL, or name it as
+        ``model=``)."""
+        import openai
 
-        kwargs.setdefault("api_key", "chaosllm-gemini-test")
-        options = kwargs.pop("http_options", None) or types.HttpOptions()
-        if isinstance(options, dict):
-            options = types.HttpOptions(**options)
-        headers = {**self.headers, **(options.headers or {})}
-        options = options.model_copy(update={"base_url": self.url, "headers": headers})
-        return genai.Client(http_options=options, **kwargs)
+        kwargs.setdefault("api_key", "chaosllm-azure-test")
+        kwargs.setdefault("api_version", AZURE_API_VERSION)
+        kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
+        return openai.AzureOpenAI(azure_endpoint=self.url, **kwargs)
 
     def async_openai(self, **kwargs: Any) -> Any:
         """An `openai.AsyncOpenAI` client for this server and session."""

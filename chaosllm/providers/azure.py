@@ -1,0 +1,208 @@
+"""Azure OpenAI: the OpenAI Chat Completions and Responses protocols on Azure's paths,
+with Azure's error shapes and content-filter results. Pure.
+
+Theory of operation
+-------------------
+Azure serves the OpenAI protocols under ``/openai``: per deployment
+(``/openai/deployments/{deployment}/chat/completions?api-version=...``, the same for
+``responses``), and on the v1 paths (``/openai/v1/chat/completions``,
+``/openai/v1/responses``) where the body names the model as OpenAI's does. The
+official ``openai.AzureOpenAI`` client calls the deployment paths (the deployment from
+``azure_deployment=`` or from ``model=``) and ``/openai/responses`` for the Responses
+API.
+
+`bind` makes the deployment the model, for matching and recording: a request to a
+deployment keys like the same request with ``"model": <deployment>``, whatever its body
+says. A deployment path without ``api-version`` is refused, as Azure refuses it.
+
+What differs from OpenAI's answers:
+
+- errors: Azure's own envelope, ``{"error": {"code": "429", "message": ...}}``, with
+  its codes (``"429"``, ``"401"``, ``"DeploymentNotFound"``, ``"InternalServerError"``...);
+  request-validation errors keep OpenAI's shape (``type``, ``param``), as Azure passes
+  them on;
+- content filtering: a JSON answer carries ``prompt_filter_results`` and, per choice,
+  ``content_filter_results`` (a filtered answer ends with ``finish_reason:
+  "content_filter"``); a stream starts with a frame holding only the prompt's filter
+  results (``choices: []``, empty id and model) and carries each choice's filter results
+  on its chunks. A recorded Azure stream replays as recorded; a stream rendered from a
+  JSON answer gets these frames and fields from the answer's results, and a recorded
+  stream assembles back into an answer with them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+from urllib.parse import parse_qs
+
+from chaosllm.errors import InvalidRequest
+from chaosllm.model import JSON
+from chaosllm.providers.openai_chat import OpenAIChat
+from chaosllm.providers.openai_common import OpenAIProvider
+from chaosllm.providers.openai_responses import OpenAIResponses
+from chaosllm.providers.sse import DONE, data_frame, iter_data
+
+__all__ = ["AZURE_ERROR_CODES", "AzureChat", "AzureResponses"]
+
+AZURE_ERROR_CODES: Mapping[int, str] = {
+    401: "401",
+    403: "403",
+    404: "DeploymentNotFound",
+    408: "Timeout",
+    429: "429",
+    500: "InternalServerError",
+    502: "BadGateway",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+"""The ``code`` of Azure's error envelope by HTTP status (any other: the status itself)."""
+
+_FILTERS = "content_filter_results"
+_PROMPT_FILTERS = "prompt_filter_results"
+
+
+class _Azure(OpenAIProvider):
+    """What every Azure protocol shares: the deployment as the model, Azure's errors."""
+
+    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
+        deployment = params.get("deployment")
+        if deployment is None or not isinstance(body, dict):
+            return body  # a v1 path (the body names the model), or a body validate refuses
+        if not parse_qs(query).get("api-version"):
+            raise InvalidRequest(
+                "Missing required query parameter 'api-version': Azure OpenAI's deployment "
+                "paths need one (e.g. ?api-version=2024-10-21).",
+                code="missing_api_version",
+                param="api-version",
+            )
+        return {**body, "model": deployment}
+
+    def envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        if kind is not None or status == 400:
+            # chaosllm's own errors and refused requests: OpenAI's shape, as Azure passes
+            # the model's validation errors on.
+            return super().envelope(status, message, kind, code, param)
+        return {
+            "error": {
+                "code": code or AZURE_ERROR_CODES.get(status, str(status)),
+                "message": message,
+            }
+        }
+
+
+class AzureChat(_Azure, OpenAIChat):
+    """The `azure.chat` provider: Chat Completions on Azure, with content filtering."""
+
+    name = "azure.chat"
+    paths: ClassVar[tuple[str, ...]] = ("/openai/v1/chat/completions",)
+    path_templates: ClassVar[tuple[str, ...]] = (
+        "/openai/deployments/{deployment}/chat/completions",
+    )
+
+    def stream_frames(
+        self, completion: Mapping[str, Any], *, include_usage: bool = False
+    ) -> list[str]:
+        """OpenAI's frames with Azure's filter results: a first frame with the prompt's,
+        each choice's on its chunks (after the role chunk, which has none)."""
+        frames = super().stream_frames(completion, include_usage=include_usage)
+        filters = {
+            choice.get("index", 0): choice[_FILTERS]
+            for choice in completion.get("choices") or []
+            if isinstance(choice, dict) and _FILTERS in choice
+        }
+        if filters:
+            frames = [_with_filters(frame, filters) for frame in frames]
+        prompt = completion.get(_PROMPT_FILTERS)
+        if prompt is not None:
+            frames.insert(
+                0,
+                data_frame(
+                    {
+                        "choices": [],
+                        "created": 0,
+                        "id": "",
+                        "model": "",
+                        "object": "",
+                        _PROMPT_FILTERS: prompt,
+                    }
+                ),
+            )
+        return frames
+
+    def assemble(self, frames: Sequence[str]) -> JSON:
+        """OpenAI's assembly, keeping the prompt's and each choice's filter results."""
+        completion = super().assemble(frames)
+        if not isinstance(completion, dict) or "choices" not in completion:
+            return completion
+        prompt: Any = None
+        filters: dict[int, Any] = {}
+        for chunk in _chunks(frames):
+            if _PROMPT_FILTERS in chunk:
+                prompt = chunk[_PROMPT_FILTERS]
+            for choice in chunk.get("choices") or []:
+                if isinstance(choice, dict) and choice.get(_FILTERS):
+                    filters[choice.get("index", 0)] = choice[_FILTERS]
+        if not completion.get("id") and prompt is not None:
+            # The prompt's frame came first: the answer's fields are the next chunk's.
+            first = next((c for c in _chunks(frames) if c.get("id")), {})
+            for key in ("id", "created", "model", "service_tier", "system_fingerprint"):
+                if key in first:
+                    completion[key] = first[key]
+            completion["object"] = "chat.completion"
+        for choice in completion["choices"]:
+            if choice.get("index", 0) in filters:
+                choice[_FILTERS] = filters[choice.get("index", 0)]
+        if prompt is not None:
+            completion[_PROMPT_FILTERS] = prompt
+        return completion
+
+    def frame_finishes(self, frame: str) -> bool:
+        """The prompt's filter frame (``choices: []``) starts a stream: it finishes
+        nothing."""
+        if _PROMPT_FILTERS in frame and all(
+            _PROMPT_FILTERS in chunk and not chunk.get("choices") for chunk in _chunks([frame])
+        ):
+            return False
+        return super().frame_finishes(frame)
+
+
+class AzureResponses(_Azure, OpenAIResponses):
+    """The `azure.responses` provider: the Responses API on Azure."""
+
+    name = "azure.responses"
+    paths: ClassVar[tuple[str, ...]] = ("/openai/v1/responses", "/openai/responses")
+    path_templates: ClassVar[tuple[str, ...]] = ("/openai/deployments/{deployment}/responses",)
+
+
+def _chunks(frames: Sequence[str]) -> list[dict[str, Any]]:
+    """The JSON objects of the data lines of `frames` (``[DONE]`` and non-objects passed
+    over)."""
+    chunks = []
+    for data in iter_data(frames):
+        if data.strip() == DONE:
+            continue
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(chunk, dict):
+            chunks.append(chunk)
+    return chunks
+
+
+def _with_filters(frame: str, filters: Mapping[int, Any]) -> str:
+    """A rendered chunk with its choices' filter results (none on a role chunk)."""
+    chunks = _chunks([frame])
+    if len(chunks) != 1 or not chunks[0].get("choices"):
+        return frame
+    chunk = chunks[0]
+    for choice in chunk["choices"]:
+        index = choice.get("index", 0)
+        if index in filters:
+            delta = choice.get("delta") or {}
+            choice[_FILTERS] = {} if "role" in delta else filters[index]
+    return data_frame(chunk)
