@@ -23,6 +23,7 @@ from chaosllm.config import ServerConfig
 from chaosllm.core.engine import ProviderCall, Proxy, Reply
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
+from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
@@ -204,6 +205,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(Route(path, azure_embeddings, methods=["POST"]) for path in AZURE_EMBEDDINGS_PATHS),
         *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),
         *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
+        *gemini_routes(),
         *ollama_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),

@@ -3,7 +3,8 @@
 The program runs once without faults (the baseline), then once per fault and
 per variant (the fault armed on the first JSON request, or on the first
 streaming request), each time against a fresh server, with `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
-`ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` pointing at it (any protocol
+`ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`, `GOOGLE_GEMINI_BASE_URL` and
+`GEMINI_API_KEY` (google-genai) pointing at it (any protocol
 chaosllm speaks). Each run is classified:
 
 - **recovered**: exit status 0 and the same output as the baseline;
@@ -145,6 +146,9 @@ def _run_once(
             "OPENAI_API_KEY": "sk-chaosllm-probe",
             "ANTHROPIC_BASE_URL": server.url,
             "ANTHROPIC_API_KEY": "sk-ant-chaosllm-probe",
+            "GOOGLE_GEMINI_BASE_URL": server.url,
+            "GOOGLE_VERTEX_BASE_URL": server.url,
+            "GEMINI_API_KEY": "chaosllm-gemini-probe",
             "AZURE_OPENAI_ENDPOINT": server.url,
             "AZURE_OPENAI_API_KEY": "chaosllm-azure-probe",
             "OPENAI_API_VERSION": "2024-10-21",

@@ -82,6 +82,9 @@ class ChaosHandle:
             "OPENAI_API_KEY": "sk-chaosllm-test",
             "ANTHROPIC_BASE_URL": self.url,
             "ANTHROPIC_API_KEY": "sk-ant-chaosllm-test",
+            "GOOGLE_GEMINI_BASE_URL": self.url,
+            "GOOGLE_VERTEX_BASE_URL": self.url,
+            "GEMINI_API_KEY": "chaosllm-gemini-test",
             "AZURE_OPENAI_ENDPOINT": self.url,
             "AZURE_OPENAI_API_KEY": "chaosllm-azure-test",
             "OPENAI_API_VERSION": AZURE_API_VERSION,
@@ -157,6 +160,21 @@ class ChaosHandle:
         kwargs.setdefault("api_key", "sk-ant-chaosllm-test")
         kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
         return anthropic.Anthropic(base_url=self.url, **kwargs)
+
+    def gemini(self, **kwargs: Any) -> Any:
+        """A `google.genai.Client` for this server and session (``generate_content`` and
+        ``generate_content_stream``, sync and through ``.aio``); ``http_options`` given
+        keep their other settings (retry options, timeout...)."""
+        from google import genai
+        from google.genai import types
+
+        kwargs.setdefault("api_key", "chaosllm-gemini-test")
+        options = kwargs.pop("http_options", None) or types.HttpOptions()
+        if isinstance(options, dict):
+            options = types.HttpOptions(**options)
+        headers = {**self.headers, **(options.headers or {})}
+        options = options.model_copy(update={"base_url": self.url, "headers": headers})
+        return genai.Client(http_options=options, **kwargs)
 
     def azure_openai(self, **kwargs: Any) -> Any:
         """An `openai.AzureOpenAI` client for this server and session (pass
