@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import find, given, settings
+from hypothesis.errors import InvalidArgument
 
 from chaosllm.config import Mode
 from chaosllm.core.engine import Reply
@@ -16,6 +18,7 @@ from chaosllm.errors import InvalidFaultSpec
 from chaosllm.faults import parse_fault_spec, spec_from_query
 from chaosllm.faults.profiles import parse_profile
 from chaosllm.store.profiles import load_profile
+from chaosllm.testing.strategies import fault_schedules, faults
 from tests.helpers import recording, request_body
 from tests.memory import EnginePair
 from tests.test_fault_match import upstream_plan
@@ -264,3 +267,32 @@ def test_a_profile_holds_schedules_and_predicates(tmp_path: Path) -> None:
     pair = EnginePair.of()
     pair.engine.board.arm(profile.specs)
     assert statuses(pair, 3) == [200, 200, 503]
+
+
+# -- the hypothesis strategies ----------------------------------------------------------------
+
+
+def test_the_strategies_draw_schedules_that_shrink_to_a_plain_fault() -> None:
+    drawn = faults(types=["empty_reply", "latency"], max_after_requests=5, max_every=4)
+    assert find(drawn, lambda spec: True) == {"type": "empty_reply", "remaining": 1}
+    assert find(drawn, lambda spec: "every" in spec) == {
+        "type": "empty_reply",
+        "remaining": 1,
+        "every": 2,
+    }
+    assert find(drawn, lambda spec: spec.get("after_requests", 0) > 2)["after_requests"] == 3
+    plain = faults(types=["empty_reply"])
+    assert find(plain, lambda spec: True) == {"type": "empty_reply", "remaining": 1}
+    with pytest.raises(InvalidArgument, match="max_every"):
+        faults(max_every=0).validate()
+    with pytest.raises(InvalidArgument, match="max_after_requests"):
+        fault_schedules(max_after_requests=-1).validate()
+
+
+@given(schedule=fault_schedules(max_faults=3, max_after_requests=3, max_every=3))
+@settings(max_examples=30, deadline=None)
+def test_drawn_schedules_are_valid_specs(schedule: list[dict[str, Any]]) -> None:
+    for spec in schedule:
+        parsed = parse_fault_spec(spec)
+        assert parsed.after_requests == spec.get("after_requests", 0)
+        assert parsed.every == spec.get("every", 1)

@@ -79,6 +79,15 @@ def _spec(type_: str, common: dict[str, Any], params: dict[str, Any]) -> dict[st
     return {"type": type_, **params, **common}
 
 
+_PLAIN_SCHEDULE = {"after_requests": 0, "every": 1}
+
+
+def _scheduled(drawn: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    """A drawn spec with its drawn schedule fields, those at their defaults left out."""
+    spec, schedule = drawn
+    return {**spec, **{k: v for k, v in schedule.items() if v != _PLAIN_SCHEDULE[k]}}
+
+
 def faults(
     *,
     types: Sequence[str] | None = None,
@@ -89,6 +98,8 @@ def faults(
     statuses: Sequence[int] = _RETRYABLE_STATUSES,
     remaining: int = 1,
     session: str | None = None,
+    max_after_requests: int = 0,
+    max_every: int = 1,
 ) -> st.SearchStrategy[dict[str, Any]]:
     """One fault spec of one of `types` (default: every type, simplest first).
 
@@ -99,6 +110,9 @@ def faults(
       timeout shorter to test that it gives up).
     - `statuses`: the statuses `http_error` draws from (default: retryable 5xx).
     - `remaining`, `session`: set on every spec (`session` becomes ``match.session``).
+    - `max_after_requests`, `max_every`: draw the schedule fields ``after_requests``
+      (0..N) and ``every`` (1..N); by default neither is drawn. They shrink toward 0 and 1,
+      which are left out of the spec: the simplest example is a plain one-shot fault.
     """
     chosen = _check_types(types)
     _check_range("max_after_chunks", max_after_chunks, integer=True)
@@ -106,6 +120,8 @@ def faults(
     _check_range("max_delay_ms", max_delay_ms)
     _check_range("stall_ms", stall_ms)
     _check_range("remaining", remaining, low=1, integer=True)
+    _check_range("max_after_requests", max_after_requests, integer=True)
+    _check_range("max_every", max_every, low=1, integer=True)
     if (
         isinstance(statuses, (str, bytes))
         or not statuses
@@ -132,13 +148,22 @@ def faults(
     if session is not None:
         common["match"] = {"session": session}
 
+    schedule: dict[str, st.SearchStrategy[Any]] = {}
+    if max_after_requests:
+        schedule["after_requests"] = st.integers(min_value=0, max_value=max_after_requests)
+    if max_every > 1:
+        schedule["every"] = st.integers(min_value=1, max_value=max_every)
+
     def build(type_: str) -> st.SearchStrategy[dict[str, Any]]:
         params = {
             name: draws[param.draw]
             for name, param in FAULT_TYPES[type_].params.items()
             if param.draw is not None
         }
-        return st.fixed_dictionaries(params).map(functools.partial(_spec, type_, common))
+        built = st.fixed_dictionaries(params).map(functools.partial(_spec, type_, common))
+        if not schedule:
+            return built
+        return st.tuples(built, st.fixed_dictionaries(schedule)).map(_scheduled)
 
     # one_of shrinks toward its first branches: the simplest types.
     return st.one_of([build(t) for t in chosen])
@@ -166,6 +191,8 @@ def fault_schedules(
         "statuses",
         "remaining",
         "session",
+        "max_after_requests",
+        "max_every",
     }
     if unknown:
         raise InvalidArgument(f"unknown option {sorted(unknown)[0]!r} for fault_schedules")
