@@ -14,6 +14,7 @@ builtin in (in brackets), so ``except ValueError`` written before the tree still
     ├── UnknownScenario (LookupError)     a scenario name that is not loaded
     ├── InvalidFaultSpec (ValueError)     a fault spec that cannot be armed
     ├── UnsafePath (ValueError)           a name that would escape its directory
+    ├── EventStreamError (ValueError)     bytes that are not an AWS event-stream message
     ├── ServerError (RuntimeError)        the server failed to start or stop
     ├── PlanAborted                       `send_plan` under a plain ASGI server: abort
     │                                     the connection (the server logs it)
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ConnectFailed",
     "DroppedMidAnswer",
+    "EventStreamError",
     "Hung",
     "InvalidFaultSpec",
     "InvalidRequest",
@@ -117,6 +119,12 @@ class InvalidFaultSpec(ChaosLLMError, ValueError):
 
 class UnsafePath(ChaosLLMError, ValueError):
     """A file or scenario name that would escape the directory it must stay in."""
+
+
+class EventStreamError(ChaosLLMError, ValueError):
+    """Bytes that are not an AWS event-stream message (`chaosllm.providers.eventstream`): a
+    length out of range, a prelude or message CRC32 that does not match, a header of an
+    unknown type, or a frame text that does not parse; the message says which."""
 
 
 class ServerError(ChaosLLMError, RuntimeError):

@@ -42,6 +42,7 @@ PINNED: dict[str, list[str]] = {
         "ConfigError",
         "ConnectFailed",
         "DroppedMidAnswer",
+        "EventStreamError",
         "Hung",
         "InvalidFaultSpec",
         "InvalidRequest",

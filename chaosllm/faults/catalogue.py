@@ -140,7 +140,8 @@ def _chunks(default: int) -> Param:
 _BYTES = Param(
     int,
     None,
-    "body bytes sent before the fault (non-streaming requests; default: half the body)",
+    "body bytes sent before the fault (non-streaming requests; default: half the body; "
+    "in a stream, bytes of the frame after the K frames: a cut inside a frame)",
     0,
 )
 _MESSAGE = Param(str, None, "the error message (default: a realistic one)")
@@ -227,7 +228,7 @@ CATALOGUE: tuple[FaultType, ...] = (
                 int,
                 0,
                 "body bytes sent before the reset (non-streaming requests; 0 resets before "
-                "any byte)",
+                "any byte; in a stream, bytes of the frame after the K frames)",
                 0,
             ),
         },

@@ -118,6 +118,19 @@ def _cut(plan: ResponsePlan, ctx: FaultContext, after_chunks: int) -> tuple[Piec
     return plan.pieces[:keep]
 
 
+def _cut_within(plan: ResponsePlan, ctx: FaultContext, spec: FaultSpec) -> tuple[Piece, ...]:
+    """K frames (`_cut`), then ``after_bytes`` bytes of the next one: a cut inside a frame
+    (none without ``after_bytes``; never the whole frame)."""
+    kept = _cut(plan, ctx, spec.param("after_chunks"))
+    after_bytes = spec.param("after_bytes")
+    if after_bytes and len(kept) < len(plan.pieces):
+        cut = plan.pieces[len(kept)]
+        size = min(after_bytes, len(cut.data) - 1)
+        if size > 0:
+            kept = (*kept, Piece(cut.data[:size], cut.delay_ms, frame=False))
+    return kept
+
+
 def _body_prefix(plan: ResponsePlan, after_bytes: int | None) -> tuple[Piece, ...]:
     body = plan.body()
     size = len(body) // 2 if after_bytes is None else min(after_bytes, max(len(body) - 1, 0))
@@ -159,7 +172,7 @@ def truncated_stream(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> 
 
 def dropped_connection(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     if _streaming(plan, ctx):
-        return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.CLOSE)
+        return plan.with_(pieces=_cut_within(plan, ctx, spec), ending=Ending.CLOSE)
     return plan.with_(
         pieces=_body_prefix(plan, spec.param("after_bytes")),
         content_length=plan.declared_length,
@@ -178,7 +191,7 @@ def error_in_200(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Resp
 
 def connection_reset(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     if _streaming(plan, ctx):
-        return plan.with_(pieces=_cut(plan, ctx, spec.param("after_chunks")), ending=Ending.RESET)
+        return plan.with_(pieces=_cut_within(plan, ctx, spec), ending=Ending.RESET)
     after_bytes = spec.param("after_bytes")
     if after_bytes == 0:
         return plan.with_(send_head=False, pieces=(), ending=Ending.RESET)
@@ -227,8 +240,9 @@ def garbage(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponseP
     data = spec.param("data")
     noise = data.encode("utf-8") if isinstance(data, str) else DEFAULT_GARBAGE
     if _streaming(plan, ctx):
-        return plan.with_(
-            pieces=(*_cut(plan, ctx, spec.param("after_chunks")), Piece(noise)),
-            ending=Ending.CLOSE,
-        )
+        kept = _cut(plan, ctx, spec.param("after_chunks"))
+        if data is None and len(kept) < len(plan.pieces):
+            # A checksummed framing's garbage: its next frame, garbled (the checksum fails).
+            noise = ctx.provider.corrupt_frame(plan.pieces[len(kept)].data) or noise
+        return plan.with_(pieces=(*kept, Piece(noise)), ending=Ending.CLOSE)
     return plan.with_(send_head=False, pieces=(Piece(noise, frame=False),), ending=Ending.CLOSE)

@@ -17,6 +17,7 @@ from chaosllm.errors import ChaosLLMError
 from chaosllm.providers.anthropic_messages import AnthropicMessages
 from chaosllm.providers.azure import AzureChat, AzureResponses
 from chaosllm.providers.base import ErrorKind, Provider, canonical_json, sha256_digest
+from chaosllm.providers.bedrock import BedrockConverse
 from chaosllm.providers.gemini import Gemini
 from chaosllm.providers.ollama import OllamaChat, OllamaGenerate
 from chaosllm.providers.openai_chat import OpenAIChat
@@ -28,6 +29,7 @@ __all__ = [
     "AnthropicMessages",
     "AzureChat",
     "AzureResponses",
+    "BedrockConverse",
     "Gemini",
     "OllamaChat",
     "OllamaGenerate",
@@ -50,6 +52,7 @@ PROVIDERS: dict[str, Provider] = {
         Gemini(),
         OllamaChat(),
         OllamaGenerate(),
+        BedrockConverse(),
         AzureChat(),
         AzureResponses(),
     )

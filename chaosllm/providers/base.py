@@ -370,6 +370,12 @@ class Provider(abc.ABC):
         (Bedrock's ``x-amzn-ErrorType``); none by default."""
         return ()
 
+    def corrupt_frame(self, frame: bytes) -> bytes | None:
+        """A stream frame as a checksummed framing garbles it (AWS's event stream: the
+        message with a wrong CRC), what ``garbage`` sends mid-stream without ``data``;
+        None (the default): the framing has no checksum, the noise is sent instead."""
+        return None
+
     # -- the conversation (the request-validator oracle) ------------------------------
 
     conversation: ClassVar[ConversationChecks]

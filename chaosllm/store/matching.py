@@ -473,7 +473,7 @@ class Matcher:
         return _relative(exchange.source, self.store.dirs)
 
     def explain_miss(self, provider: Provider, body: JSON, digest: str) -> str:
-        model = body.get("model") if isinstance(body, dict) else None
+        model = provider.model_of(body)
         lines = [
             f"No recording matches this request (digest {digest}, provider "
             f"{provider.name}, model {model!r}; matchers tried: "
