@@ -25,7 +25,7 @@ from chaosllm.config import (
 from chaosllm.doctor import diagnose
 from chaosllm.errors import ChaosLLMError, ConfigError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
-from chaosllm.faults.spec import COMMON_FIELDS
+from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
@@ -312,6 +312,11 @@ def _parser() -> argparse.ArgumentParser:
     arm.add_argument("--session", help="fire only on this X-Chaosllm-Session")
     arm.add_argument("--model", help="fire only on requests for this model")
     arm.add_argument("--path", help="fire only on this endpoint path")
+    arm.add_argument("--contains", help="fire only when the last user message holds this text")
+    arm.add_argument("--tool", help="fire only when the request offers or the answer calls it")
+    arm.add_argument("--turn", type=int, help="fire only on the session's n-th request (from 1)")
+    for name, kind in SCHEDULE_FIELDS.items():
+        arm.add_argument("--" + name.replace("_", "-"), type=kind, help=COMMON_FIELDS[name])
     profile = fault_sub.add_parser("profile", help="arm a fault profile")
     profile.add_argument("name", metavar="NAME|FILE")
     listing = fault_sub.add_parser("list", help="armed faults and fired history")
@@ -418,11 +423,13 @@ def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
     """The fault spec `chaosllm fault arm` sends: every flag given (the server refuses a
     parameter the type does not take, with the list of those it does)."""
     spec: dict[str, object] = {"type": args.type}
-    for name in ("remaining", "probability", "reask", *_fault_params()):
+    for name in ("remaining", "probability", "reask", *SCHEDULE_FIELDS, *_fault_params()):
         if getattr(args, name) is not None:
             spec[name] = getattr(args, name)
     match = {
-        k: getattr(args, k) for k in ("session", "model", "path") if getattr(args, k) is not None
+        k: getattr(args, k)
+        for k in ("session", "model", "path", "contains", "tool", "turn")
+        if getattr(args, k) is not None
     }
     if match:
         spec["match"] = match
