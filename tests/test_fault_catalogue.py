@@ -144,6 +144,7 @@ def test_cli_flags_are_exactly_the_catalogue_parameters() -> None:
     flags = {o for action in arm._actions for o in action.option_strings if o.startswith("--")}
     expected = {"--" + name.replace("_", "-") for _, name, _ in PARAMS}
     common = {"--remaining", "--probability", "--reask", "--session", "--model", "--path", "--url"}
+    common |= {"--contains", "--tool", "--turn", "--after-requests", "--every", "--ttl-ms"}
     assert flags - {"--help", "--token"} == expected | common
 
 
