@@ -10,6 +10,7 @@ short, so the module stays fast."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -395,3 +396,140 @@ def test_openai_agents_silently_accepts_a_truncated_stream(server: ChaosServer) 
     server.arm("truncated_stream")
     output = run_openai_agent(server, stream=True)
     assert output and output != FIRST_ANSWER and FIRST_ANSWER.startswith(output)
+
+
+# -- litellm ------------------------------------------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a location.",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}},
+            "required": ["location"],
+        },
+    },
+}
+APIS = ["completion", "acompletion"]
+litellm_warnings = pytest.mark.filterwarnings(
+    # litellm builds pydantic TypeAdapters over its TypedDicts with `ReadOnly` items as it
+    # imports its modules lazily (the first call imports the GitHub Copilot authenticator's),
+    # and pydantic warns on each; as an error it breaks that import half-way (then
+    # AttributeError `__pydantic_core_schema__`). Only these tests ignore it.
+    "ignore:Items? .* on TypedDict class .* using the `ReadOnly` qualifier:UserWarning"
+)
+
+
+@pytest.fixture
+def litellm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """litellm, imported offline (skips the test without it), leaving no loop or socket open.
+
+    Without LITELLM_LOCAL_MODEL_COST_MAP its import fetches the model cost map from
+    GitHub (read only at import). Its sync calls run their logging hooks on the thread's
+    current event loop, asyncio creating one if there is none and leaving it unclosed:
+    the test sets one and closes it. It caches the openai clients it makes, across
+    tests: they are closed and dropped after each (the async ones on their own loop)."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    module = pytest.importorskip("litellm")
+    module.suppress_debug_info = True  # else every failure prints a "Give Feedback" banner
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield module
+    finally:
+        cache = module.in_memory_llm_clients_cache
+        for client in list(cache.cache_dict.values()):
+            if isinstance(client, openai.OpenAI):
+                client.close()
+        cache.flush_cache()
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+async def close_async_clients(litellm: Any) -> None:
+    for client in list(litellm.in_memory_llm_clients_cache.cache_dict.values()):
+        if isinstance(client, openai.AsyncOpenAI):
+            await client.close()
+
+
+def litellm_chunks(
+    litellm: Any,
+    server: ChaosServer,
+    *,
+    api: str = "completion",
+    stream: bool = False,
+    retries: int | None = None,
+    tools: bool = False,
+    received: list[Any] | None = None,
+) -> Any:
+    """The answer's message from `litellm.completion` or `acompletion` (openai provider,
+    `api_base` at `server`); a stream's chunks are put in `received` as they arrive and
+    assembled with `stream_chunk_builder`."""
+    server.use_scenario("tool-call" if tools else "knowledge")
+    options: dict[str, Any] = {
+        "model": "openai/gpt-4o-mini",
+        "api_base": server.base_url,
+        "api_key": "sk-test",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "timeout": 5,
+    }
+    if retries is not None:
+        options["num_retries"] = retries
+    if tools:
+        options["tools"] = [WEATHER_TOOL]
+    chunks = [] if received is None else received
+    if api == "completion":
+        if not stream:
+            return litellm.completion(**options).choices[0].message
+        chunks.extend(litellm.completion(stream=True, **options))
+        return litellm.stream_chunk_builder(chunks).choices[0].message
+
+    async def run() -> Any:
+        try:
+            if not stream:
+                return (await litellm.acompletion(**options)).choices[0].message
+            async for chunk in await litellm.acompletion(stream=True, **options):
+                chunks.append(chunk)
+            return litellm.stream_chunk_builder(chunks).choices[0].message
+        finally:  # the clients it cached belong to this loop
+            await close_async_clients(litellm)
+
+    return asyncio.run(run())
+
+
+def streamed_text(chunks: list[Any]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+@litellm_warnings
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(
+    ("spec", "error", "status"),
+    [
+        ({"type": "http_503"}, "ServiceUnavailableError", 503),
+        ({"type": "http_429", "retry_after": 0.01}, "RateLimitError", 429),
+    ],
+    ids=["http_503", "http_429"],
+)
+def test_litellm_raises_its_error_on_an_http_error_and_retries_it(
+    litellm: Any,
+    server: ChaosServer,
+    spec: dict[str, Any],
+    error: str,
+    status: int,
+    stream: bool,
+    api: str,
+) -> None:
+    server.arm(spec)
+    with pytest.raises(getattr(litellm, error)) as info:
+        litellm_chunks(litellm, server, api=api, stream=stream, retries=0)
+    assert isinstance(info.value, openai.APIStatusError)  # litellm's errors are the SDK's
+    assert statuses(server) == [status]
+    server.reset()
+    server.arm(spec)
+    message = litellm_chunks(litellm, server, api=api, stream=stream, retries=1)
+    assert message.content == FIRST_ANSWER
+    assert statuses(server) == [status, 200]
