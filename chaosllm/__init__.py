@@ -14,6 +14,7 @@ import logging as _logging
 import typing as _typing
 
 from chaosllm.config import Mode, OnMiss, ServerConfig
+from chaosllm.core.verdict import Finding, Tolerances
 from chaosllm.errors import (
     ChaosLLMError,
     ConfigError,
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError",
     "Exchange",
     "FaultSpec",
+    "Finding",
     "Hung",
     "InvalidFaultSpec",
     "InvalidRequest",
@@ -56,6 +58,7 @@ __all__ = [
     "ResponsePlan",
     "ServerConfig",
     "ServerError",
+    "Tolerances",
     "UnknownFormat",
     "UnknownScenario",
     "UnsafePath",

@@ -6,6 +6,8 @@ from chaosllm.testing.pytest_plugin import (
     chaosllm_server,
     pytest_addoption,
     pytest_configure,
+    pytest_pyfunc_call,
+    pytest_terminal_summary,
 )
 
 __all__ = [
@@ -14,4 +16,6 @@ __all__ = [
     "chaosllm_server",
     "pytest_addoption",
     "pytest_configure",
+    "pytest_pyfunc_call",
+    "pytest_terminal_summary",
 ]

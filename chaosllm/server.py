@@ -36,6 +36,7 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
+from chaosllm.core.verdict import Finding, Tolerances, findings
 from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
@@ -512,6 +513,18 @@ class ChaosServer:
             for e in self.state.journal.entries(session, settle=settle)
             for finding in e.record.findings
         ]
+
+    def verdict(
+        self, session: str | None = None, *, settle: float = 2.0, **tolerances: Any
+    ) -> list[Finding]:
+        """The findings about the client's behaviour (see `GET /__verdict`): of one
+        session, or of every session. Keyword arguments set `Tolerances`
+        (``no_backoff_floor=0.5``; `ConfigError` for an unknown or bad one). Waits up to
+        `settle` seconds for requests still being answered, so that what the wire sent
+        is final."""
+        chosen = Tolerances().with_(**tolerances)
+        entries = self.state.journal.entries(session, settle=settle)
+        return findings(entries, self.state.board.history(session), chosen)
 
     def unused(self) -> list[str]:
         """The names of the recordings not served since the last reset (`GET /__unused`)."""

@@ -18,6 +18,7 @@ PINNED: dict[str, list[str]] = {
         "ConfigError",
         "Exchange",
         "FaultSpec",
+        "Finding",
         "Hung",
         "InvalidFaultSpec",
         "InvalidRequest",
@@ -30,6 +31,7 @@ PINNED: dict[str, list[str]] = {
         "ResponsePlan",
         "ServerConfig",
         "ServerError",
+        "Tolerances",
         "UnknownFormat",
         "UnknownScenario",
         "UnsafePath",
@@ -85,6 +87,8 @@ PINNED: dict[str, list[str]] = {
         "chaosllm_server",
         "pytest_addoption",
         "pytest_configure",
+        "pytest_pyfunc_call",
+        "pytest_terminal_summary",
     ],
 }
 

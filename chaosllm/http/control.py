@@ -1,5 +1,5 @@
 """The control plane: everything under ``/__`` (faults, journal, recordings, scenario,
-findings, unused recordings, workspace).
+findings, verdicts, unused recordings, workspace).
 
 Who may call it (`ControlGuard`, an ASGI middleware, so it holds under every server:
 ``--server builtin`` and ``--server uvicorn`` alike):
@@ -58,6 +58,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chaosllm.core import verdict as verdicts
 from chaosllm.core.journal import JournalEntry
 from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
 from chaosllm.faults import (
@@ -505,6 +506,26 @@ async def findings(request: Request) -> Response:
     return JSONResponse({"findings": found})
 
 
+async def verdict(request: Request) -> Response:
+    """``GET /__verdict?session=``: the findings about the client's behaviour
+    (`chaosllm.core.verdict`), and the tolerances they were found with; any other query
+    parameter sets a tolerance (``?no_backoff_floor=0.5``)."""
+    state = chaos_state(request)
+    session = request.query_params.get("session")
+    items = [(k, v) for k, v in request.query_params.multi_items() if k != "session"]
+    try:
+        tolerances = verdicts.Tolerances().with_text(items)
+    except ConfigError as exc:
+        bad = next((k for k, _ in items if k in str(exc)), None)
+        return openai_error(400, str(exc), code="invalid_tolerance", param=bad)
+    found = verdicts.findings(
+        state.journal.entries(session), state.board.history(session), tolerances
+    )
+    return JSONResponse(
+        {"findings": [f.to_json() for f in found], "tolerances": tolerances.to_json()}
+    )
+
+
 async def unused(request: Request) -> Response:
     """The recordings no request was served since the last reset."""
     state = chaos_state(request)
@@ -609,6 +630,7 @@ def control_routes() -> list[BaseRoute]:
         Route("/__scenario", scenario, methods=["POST"]),
         Route("/__reset", reset, methods=["POST"]),
         Route("/__findings", findings, methods=["GET"]),
+        Route("/__verdict", verdict, methods=["GET"]),
         Route("/__unused", unused, methods=["GET"]),
         Route("/__workspace", workspace, methods=["POST"]),
     ]

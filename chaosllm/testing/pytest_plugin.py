@@ -18,26 +18,46 @@ from there. The marker also takes
 server of their own, so they ignore `shared`); the options
 ``--chaosllm-recordings DIR`` and ``--chaosllm-seed N`` set the defaults.
 
+Verdicts (`chaosllm.core.verdict`): ``chaosllm.verdict()`` lists the findings about the
+client's behaviour in the test's sessions. With ``@pytest.mark.chaosllm(verdict="strict")``
+(or ``--chaosllm-verdict strict``) a test that passes fails when there are any, printing
+them and the journal; with ``"warn"`` they are listed in the terminal summary; ``"off"``
+(the default) leaves the test alone. The marker's ``tolerances={...}`` sets `Tolerances`.
+
 The plugin is loaded by every pytest run in an environment where chaosllm is installed,
 so it imports no server module: `ChaosServer` is imported inside the fixtures.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from chaosllm.core.verdict import Finding
     from chaosllm.server import ChaosServer
 
-__all__ = ["ChaosHandle", "chaosllm", "chaosllm_server"]
+__all__ = [
+    "VERDICT_MODES",
+    "ChaosHandle",
+    "chaosllm",
+    "chaosllm_server",
+    "pytest_pyfunc_call",
+    "pytest_terminal_summary",
+]
 
 SESSION_HEADER = "X-Chaosllm-Session"
 _SERVER_OPTIONS = ("recordings", "seed", "on_miss", "timing", "match", "profile")
+_HANDLE_OPTIONS = ("shared", "verdict", "tolerances")
+VERDICT_MODES = ("off", "warn", "strict")
+"""What a test's findings do: nothing (the default), a line in the terminal summary, or
+fail the test."""
 _counters: dict[str, itertools.count[int]] = {}
 """Per test (node id), how many sessions it had: its ids are the same in every run."""
 
@@ -53,12 +73,14 @@ class ChaosHandle:
         self._prefix = session_prefix
         self.session: str | None = None
         self._mine: list[str] = []
+        self._sessions: list[str] = []
         self._new_session()
 
     def _new_session(self) -> None:
         if self._prefix is not None:
             counter = _counters.setdefault(self._prefix, itertools.count(1))
             self.session = f"{self._prefix}#{next(counter)}"
+            self._sessions.append(self.session)
 
     @property
     def url(self) -> str:
@@ -131,6 +153,25 @@ class ChaosHandle:
     def requests(self, *, settle: float = 2.0) -> list[dict[str, Any]]:
         """This test's journal (its session's, on a shared server)."""
         return self.server.requests(self.session, settle=settle)
+
+    def verdict(self, *, settle: float = 2.0, **tolerances: Any) -> list[Finding]:
+        """The findings about the client's behaviour in this test (all its sessions, on a
+        shared server), as `ChaosServer.verdict`; keyword arguments set `Tolerances`."""
+        if self.session is None:
+            return self.server.verdict(None, settle=settle, **tolerances)
+        found = [
+            finding
+            for session in self._sessions
+            for finding in self.server.verdict(session, settle=settle, **tolerances)
+        ]
+        return sorted(found, key=lambda f: f.seqs)
+
+    def journal_of_sessions(self, *, settle: float = 2.0) -> list[dict[str, Any]]:
+        """The journal of every session this test had (all of it on its own server)."""
+        if self.session is None:
+            return self.server.requests(None, settle=settle)
+        entries = [e for s in self._sessions for e in self.server.requests(s, settle=settle)]
+        return sorted(entries, key=lambda e: int(e["seq"]))
 
     def use_scenario(self, scenario: str | None) -> None:
         self.server.use_scenario(scenario, self.session)
@@ -219,13 +260,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="share one chaosllm server across tests, a session id per test",
     )
+    group.addoption(
+        "--chaosllm-verdict",
+        choices=VERDICT_MODES,
+        default="off",
+        help="what findings about a client's retry behaviour do to a test using the "
+        "chaosllm fixture: off (default), warn (listed in the summary), strict (the test "
+        "fails)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "chaosllm(shared=False, recordings=None, seed=None, on_miss=None, timing=None, "
-        "match=None, profile=None): configure the chaosllm fixture's server",
+        "match=None, profile=None, verdict=None, tolerances=None): configure the chaosllm "
+        "fixture's server; verdict off/warn/strict says what findings about the client's "
+        "behaviour do to the test",
     )
 
 
@@ -254,27 +305,134 @@ def chaosllm(request: pytest.FixtureRequest) -> Iterator[ChaosHandle]:
 
     marker = request.node.get_closest_marker("chaosllm")
     options: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    valid = ", ".join((*_HANDLE_OPTIONS, *_SERVER_OPTIONS))
     if marker is not None and marker.args:
-        raise pytest.UsageError(
-            "@pytest.mark.chaosllm takes keyword arguments only: "
-            "shared, " + ", ".join(_SERVER_OPTIONS)
-        )
-    unknown = set(options) - {"shared", *_SERVER_OPTIONS}
+        raise pytest.UsageError("@pytest.mark.chaosllm takes keyword arguments only: " + valid)
+    unknown = set(options) - {*_HANDLE_OPTIONS, *_SERVER_OPTIONS}
     if unknown:
         raise pytest.UsageError(
-            f"@pytest.mark.chaosllm has no option {sorted(unknown)[0]!r}; "
-            "valid: shared, " + ", ".join(_SERVER_OPTIONS)
+            f"@pytest.mark.chaosllm has no option {sorted(unknown)[0]!r}; valid: " + valid
         )
+    judge = _judge_of(request.config, options.pop("verdict", None), options.pop("tolerances", None))
     shared = options.pop("shared", None)
     if shared is None:
         shared = request.config.getoption("chaosllm_shared")
     if shared and not options:
         server: ChaosServer = request.getfixturevalue("chaosllm_server")
         handle = ChaosHandle(server, session_prefix=request.node.nodeid)
+        if judge is not None:
+            request.node.stash[_JUDGED] = _Judged(handle, *judge)
         try:
             yield handle
         finally:
             handle.disarm()
         return
     with ChaosServer(**{**_defaults(request.config), **options}) as own:
-        yield ChaosHandle(own)
+        handle = ChaosHandle(own)
+        if judge is not None:
+            request.node.stash[_JUDGED] = _Judged(handle, *judge)
+        yield handle
+
+
+# -- verdicts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """A test whose findings are judged: its handle, the mode, the tolerances."""
+
+    handle: ChaosHandle
+    mode: str
+    tolerances: Mapping[str, Any]
+
+
+_JUDGED = pytest.StashKey[_Judged]()
+_WARNED = pytest.StashKey[list[tuple[str, list["Finding"]]]]()
+MAX_WARNED = 1000
+"""How many tests' findings the terminal summary lists (the first)."""
+
+
+def _judge_of(
+    config: pytest.Config, mode: Any, tolerances: Any
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The verdict mode (the marker's, else ``--chaosllm-verdict``) and tolerances of a
+    test; None when off. `pytest.UsageError` for a bad mode or tolerance."""
+    if mode is None:
+        mode = config.getoption("chaosllm_verdict")
+    if mode not in VERDICT_MODES:
+        raise pytest.UsageError(
+            f"@pytest.mark.chaosllm(verdict={mode!r}): give one of " + ", ".join(VERDICT_MODES)
+        )
+    if tolerances is None:
+        tolerances = {}
+    if not isinstance(tolerances, Mapping):
+        raise pytest.UsageError(
+            "@pytest.mark.chaosllm(tolerances=...) takes a dict of tolerance names to values"
+        )
+    from chaosllm.core.verdict import Tolerances
+    from chaosllm.errors import ConfigError
+
+    try:
+        Tolerances().with_(**tolerances)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"@pytest.mark.chaosllm(tolerances=...): {exc}") from None
+    return None if mode == "off" else (mode, dict(tolerances))
+
+
+def _verdict_text(judged: _Judged, found: Sequence[Finding]) -> str:
+    from chaosllm.core.verdict import format_findings
+    from chaosllm.testing.resilience import format_journal
+
+    return (
+        f"chaosllm verdict ({judged.mode}): {len(found)} finding"
+        + ("s" if len(found) != 1 else "")
+        + " about the client's behaviour\n"
+        + format_findings(found)
+        + "\njournal:\n"
+        + format_journal(judged.handle.journal_of_sessions())
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    """After a test that uses the `chaosllm` fixture with a verdict mode: strict fails it
+    when it passed and its sessions have findings; warn keeps them for the summary."""
+    judged = pyfuncitem.stash.get(_JUDGED, None)
+    if judged is None:
+        return (yield)
+    try:
+        result = yield
+    except BaseException:
+        if judged.mode == "warn":
+            with contextlib.suppress(Exception):  # the test's own failure comes first
+                _warn(pyfuncitem, judged)
+        raise
+    if judged.mode == "warn":
+        _warn(pyfuncitem, judged)
+        return result
+    found = judged.handle.verdict(**judged.tolerances)
+    if found:
+        pytest.fail(_verdict_text(judged, found), pytrace=False)
+    return result
+
+
+def _warn(item: pytest.Function, judged: _Judged) -> None:
+    found = judged.handle.verdict(**judged.tolerances)
+    if not found:
+        return
+    warned = item.config.stash.setdefault(_WARNED, [])
+    if len(warned) < MAX_WARNED:
+        warned.append((item.nodeid, found))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The findings of the tests in warn mode."""
+    from chaosllm.core.verdict import format_findings
+
+    warned = config.stash.get(_WARNED, [])
+    if not warned:
+        return
+    terminalreporter.write_sep("=", "chaosllm verdict (warn)")
+    for nodeid, found in warned:
+        terminalreporter.write_line(f"{nodeid}: {len(found)} finding" + "s" * (len(found) != 1))
+        terminalreporter.write_line(format_findings(found))
