@@ -129,7 +129,7 @@ def test_converse_returns_the_recorded_answer(bedrock: Any, name: str) -> None:
 def test_converse_stream_events_add_up_to_the_recorded_answer(bedrock: Any, name: str) -> None:
     stream = events(bedrock, name)
     assert list(stream[0]) == ["messageStart"]
-    assert [list(e)[0] for e in stream[-2:]] == ["messageStop", "metadata"]
+    assert [next(iter(e)) for e in stream[-2:]] == ["messageStop", "metadata"]
     assert assembled(stream) == expected(name)
 
 
@@ -155,7 +155,7 @@ def test_recorded_frames_replay_byte_for_byte(server: ChaosServer, name: str) ->
 def test_the_sdk_sees_the_recorded_stream_events(bedrock: Any) -> None:
     stream = events(bedrock, STREAM)
     recorded = [c["data"] for c in recording(STREAM)["response"]["chunks"]]
-    assert [list(e)[0] for e in stream] == [t.split("\n", 1)[0].split(": ")[1] for t in recorded]
+    assert [next(iter(e)) for e in stream] == [t.split("\n", 1)[0].split(": ")[1] for t in recorded]
     text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in stream[1:-3])
     assert text == expected(STREAM)["output"]["message"]["content"][0]["text"]
 
@@ -231,7 +231,7 @@ def journal(server: ChaosServer) -> list[dict[str, Any]]:
 def test_empty_response(server: ChaosServer, bedrock: Any, stream: bool) -> None:
     server.arm("empty_response")
     if stream:
-        assert [list(e)[0] for e in events(bedrock, TEXT)] == [
+        assert [next(iter(e)) for e in events(bedrock, TEXT)] == [
             "messageStart",
             "messageStop",
             "metadata",
@@ -245,7 +245,7 @@ def test_truncated_stream_ends_the_iteration_cleanly_without_message_stop(
     server: ChaosServer, bedrock: Any
 ) -> None:
     server.arm("truncated_stream", after_chunks=3)
-    assert [list(e)[0] for e in events(bedrock, STREAM)] == ["messageStart"] + [
+    assert [next(iter(e)) for e in events(bedrock, STREAM)] == ["messageStart"] + [
         "contentBlockDelta"
     ] * 2
 
@@ -441,3 +441,30 @@ def test_garbage_before_the_head_is_connection_closed(server: ChaosServer, bedro
     server.arm("garbage")
     with pytest.raises(ConnectionClosedError):
         bedrock.converse(**request(TEXT))
+
+
+def test_the_fixture_gives_a_bedrock_client_and_env(chaosllm: Any) -> None:
+    with closing(chaosllm.bedrock(config=Config(retries={"total_max_attempts": 1}))) as sdk:
+        assert answer_of(sdk.converse(**request(TEXT))) == expected(TEXT)
+    env = chaosllm.env
+    assert env["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] == chaosllm.url
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"} <= set(env)
+    assert [r["path"] for r in chaosllm.requests()] == [
+        f"/model/{request(TEXT)['modelId']}/converse"
+    ]
+
+
+def test_boto3_finds_the_server_from_the_env(
+    server: ChaosServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url,
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "y",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    session = boto3.session.Session()  # reads the environment now
+    sdk = session.client("bedrock-runtime", config=Config(retries={"total_max_attempts": 1}))
+    with closing(sdk):
+        assert answer_of(sdk.converse(**request(TEXT))) == expected(TEXT)

@@ -103,7 +103,7 @@ def test_a_corrupted_frame_fails_the_message_checksum_in_both_decoders() -> None
 def test_a_flipped_bit_anywhere_is_detected(at: int) -> None:
     frame = bytearray(es.event_message("messageStop", b'{"stopReason":"end_turn"}'))
     frame[at] ^= 0x10
-    with pytest.raises(EventStreamError, match="checksum|length"):
+    with pytest.raises(EventStreamError, match=r"checksum|length"):
         es.decode_message(bytes(frame))
 
 
@@ -117,7 +117,7 @@ def test_short_and_oversized_messages_are_refused() -> None:
     bad = lengths + struct.pack(">I", zlib.crc32(lengths)) + b"\x00" * 4
     with pytest.raises(EventStreamError, match="headers length"):
         es.decode_message(bad)
-    with pytest.raises(EventStreamError, match="a byte is left|prelude"):
+    with pytest.raises(EventStreamError, match=r"a byte is left|prelude"):
         es.decode_all(frame + b"\x00")
 
 

@@ -370,6 +370,12 @@ class Provider(abc.ABC):
         (Bedrock's ``x-amzn-ErrorType``); none by default."""
         return ()
 
+    def upstream_path(self, path: str) -> str:
+        """The path the recording proxy sends upstream for a (decoded) request path: the
+        path as the SDK encoded it where that matters (a signed request's path is part of
+        its signature: Bedrock's model ids are percent-encoded); itself by default."""
+        return path
+
     def corrupt_frame(self, frame: bytes) -> bytes | None:
         """A stream frame as a checksummed framing garbles it (AWS's event stream: the
         message with a wrong CRC), what ``garbage`` sends mid-stream without ``data``;

@@ -39,6 +39,7 @@ import copy
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Final
+from urllib.parse import quote
 
 from chaosllm.errors import EventStreamError, InvalidRequest
 from chaosllm.model import JSON, ResponsePlan
@@ -175,6 +176,15 @@ class BedrockConverse(Provider):
         if params is not None:
             params["stream"] = "true" if path.endswith("/converse-stream") else "false"
         return params
+
+    def upstream_path(self, path: str) -> str:
+        """The path as botocore sends it: the model id percent-encoded whole (its ``:``
+        and ``/`` too), which AWS's SigV4 signature covers."""
+        params = self.path_params(path)
+        if params is None:
+            return path
+        operation = "converse-stream" if params["stream"] == "true" else "converse"
+        return f"/model/{quote(params['modelId'], safe='-_.~')}/{operation}"
 
     def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
         if not isinstance(body, dict):
@@ -403,10 +413,9 @@ class BedrockConverse(Provider):
                 yield block["toolUse"]
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
+        """The cut inputs, and the stop reason of an answer cut off by the token limit."""
         broken = super().break_tool_arguments(body)
-        if broken is not None:
-            broken["stopReason"] = "max_tokens"
-        return broken
+        return None if broken is None else {**broken, "stopReason": "max_tokens"}
 
     # -- fallback ---------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from chaosllm.errors import EventStreamError
+from chaosllm.providers.sse import FrameSplitter
 
 __all__ = [
     "CONTENT_TYPE",
@@ -342,20 +343,17 @@ def iter_messages(texts: Sequence[str]) -> Iterator[Message]:
 # -- bytes as they arrive ---------------------------------------------------------------
 
 
-class MessageSplitter:
+class MessageSplitter(FrameSplitter):
     """Splits an event-stream body into messages as its bytes arrive (each timed by the
     arrival of the bytes that completed it): a `FrameSplitting`. Bytes that cannot start
-    a message (a length out of range) stay unsplit and join the last frame at the end."""
+    a message (a length out of range) stay unsplit and join the last frame at the end
+    (`FrameSplitter.finish`, shared with SSE)."""
 
-    __slots__ = ("_broken", "_buffer", "_last", "frames", "keep")
+    __slots__ = ("_broken",)
 
     def __init__(self, start: float, *, keep: bool = True) -> None:
-        self._buffer = bytearray()
-        self._last = start
+        super().__init__(start, keep=keep)
         self._broken = False
-        self.keep = keep
-        self.frames: list[tuple[bytes, float]] = []
-        """(exact bytes, milliseconds since the previous frame or the head)."""
 
     def feed(self, data: bytes, now: float) -> int:
         buffer = self._buffer
@@ -363,10 +361,8 @@ class MessageSplitter:
         cut = count = 0
         while not self._broken and len(buffer) - cut >= PRELUDE_LENGTH:
             total, head = struct.unpack_from(">II", buffer, cut)
-            if total < _MIN_LENGTH + head or head > MAX_HEADERS_LENGTH:
-                self._broken = True
-                break
-            if total - head - _MIN_LENGTH > MAX_PAYLOAD_LENGTH:
+            payload = total - head - _MIN_LENGTH
+            if payload < 0 or head > MAX_HEADERS_LENGTH or payload > MAX_PAYLOAD_LENGTH:
                 self._broken = True
                 break
             if len(buffer) - cut < total:
@@ -379,14 +375,3 @@ class MessageSplitter:
         if cut:
             del buffer[:cut]
         return count
-
-    def finish(self) -> None:
-        """End of stream: bytes after the last whole message join the last frame, so that
-        the frames always add up to the body."""
-        if self._buffer and self.keep:
-            if self.frames:
-                data, delay = self.frames[-1]
-                self.frames[-1] = (data + bytes(self._buffer), delay)
-            else:
-                self.frames.append((bytes(self._buffer), 0.0))
-        self._buffer.clear()

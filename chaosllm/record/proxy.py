@@ -539,7 +539,11 @@ class ProxyCall:
     async def _exchange(self, send: Send, call: _Call) -> None:
         try:
             response = await self.upstream.send(
-                self.method, self.path, self.query, self.headers, self.content
+                self.method,
+                self.provider.upstream_path(self.path),
+                self.query,
+                self.headers,
+                self.content,
             )
         except UpstreamError as exc:
             call.plan = self._failure_plan(exc)

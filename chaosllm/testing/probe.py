@@ -4,7 +4,8 @@ The program runs once without faults (the baseline), then once per fault and
 per variant (the fault armed on the first JSON request, or on the first
 streaming request), each time against a fresh server, with `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
 `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`, `GOOGLE_GEMINI_BASE_URL` and
-`GEMINI_API_KEY` (google-genai) pointing at it (any protocol
+`GEMINI_API_KEY` (google-genai), `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` with dummy AWS
+credentials and `AWS_REGION`/`AWS_DEFAULT_REGION` (boto3) pointing at it (any protocol
 chaosllm speaks). Each run is classified:
 
 - **recovered**: exit status 0 and the same output as the baseline;
@@ -152,6 +153,11 @@ def _run_once(
             "AZURE_OPENAI_ENDPOINT": server.url,
             "AZURE_OPENAI_API_KEY": "chaosllm-azure-probe",
             "OPENAI_API_VERSION": "2024-10-21",
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url,
+            "AWS_ACCESS_KEY_ID": "chaosllm-aws-probe",
+            "AWS_SECRET_ACCESS_KEY": "chaosllm-aws-probe",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
             "PYTHONUNBUFFERED": "1",
         }
         started = time.monotonic()

@@ -110,6 +110,11 @@ class ChaosHandle:
             "AZURE_OPENAI_ENDPOINT": self.url,
             "AZURE_OPENAI_API_KEY": "chaosllm-azure-test",
             "OPENAI_API_VERSION": AZURE_API_VERSION,
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.url,
+            "AWS_ACCESS_KEY_ID": "chaosllm-aws-test",
+            "AWS_SECRET_ACCESS_KEY": "chaosllm-aws-test",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
         }
 
     def arm(
@@ -227,6 +232,26 @@ class ChaosHandle:
         kwargs.setdefault("api_version", AZURE_API_VERSION)
         kwargs["default_headers"] = {**self.headers, **kwargs.get("default_headers", {})}
         return openai.AzureOpenAI(azure_endpoint=self.url, **kwargs)
+
+    def bedrock(self, **kwargs: Any) -> Any:
+        """A `boto3` ``bedrock-runtime`` client for this server and session (``converse``,
+        ``converse_stream``), with dummy credentials; ``config=`` (a `botocore.config.Config`:
+        retries, timeouts) and other `boto3.client` arguments pass through."""
+        import boto3
+
+        kwargs.setdefault("region_name", "us-east-1")
+        kwargs.setdefault("aws_access_key_id", "chaosllm-aws-test")
+        kwargs.setdefault("aws_secret_access_key", "chaosllm-aws-test")
+        client = boto3.client("bedrock-runtime", endpoint_url=self.url, **kwargs)
+        headers = self.headers
+
+        def add_headers(request: Any, **_: Any) -> None:
+            for name, value in headers.items():
+                request.headers[name] = value
+
+        if headers:
+            client.meta.events.register("before-sign.bedrock-runtime", add_headers)
+        return client
 
     def async_openai(self, **kwargs: Any) -> Any:
         """An `openai.AsyncOpenAI` client for this server and session."""
