@@ -36,6 +36,7 @@ __all__ = [
     "miss_path",
     "percentile",
     "run_bench_nearest",
+    "startup_env",
     "startup_times",
     "store_load_times",
 ]
@@ -48,8 +49,24 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def startup_times(recordings: Path, runs: int, expected: int) -> list[float]:
-    """Seconds from spawn to "chaosllm listening on", for `runs` fresh processes."""
+def startup_env(tmp: Path, *, cache: bool) -> dict[str, str]:
+    """The environment of a start-up run: Python's bytecode cache on (as after ``pip
+    install``, which compiles it; kept under `tmp`, not in the source tree, since a
+    development shell may set ``PYTHONDONTWRITEBYTECODE``), and the recordings load cache
+    under `tmp` (`cache`) or off."""
+    env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(tmp / "pycache")}
+    if cache:
+        env.update({"CHAOSLLM_CACHE_DIR": str(tmp / "load-cache"), "CHAOSLLM_NO_CACHE": ""})
+    else:
+        env["CHAOSLLM_NO_CACHE"] = "1"
+    return env
+
+
+def startup_times(
+    recordings: Path, runs: int, expected: int, env: dict[str, str] | None = None
+) -> list[float]:
+    """Seconds from spawn to "chaosllm listening on", for `runs` fresh processes (with
+    `env` added to the environment)."""
     times: list[float] = []
     for i in range(runs):
         server = start_server(
@@ -58,6 +75,7 @@ def startup_times(recordings: Path, runs: int, expected: int) -> list[float]:
                 ["serve", "--server", "builtin", "--port", "0", "--recordings", str(recordings)]
             ),
             timeout=120.0,
+            env=env,
         )
         try:
             with httpx.Client(timeout=10.0, trust_env=False) as client:
@@ -73,12 +91,16 @@ def startup_times(recordings: Path, runs: int, expected: int) -> list[float]:
 _LOAD_SNIPPET = """
 import gc, json, sys, time
 from pathlib import Path
+from chaosllm.store.cache import RecordingsCache
 from chaosllm.store.recordings import RecordingStore
+cache = RecordingsCache(Path(sys.argv[3])) if len(sys.argv) > 3 else False
+if cache:
+    RecordingStore.load([Path(sys.argv[1])], cache=cache)  # fills it
 times = []
 for _ in range(int(sys.argv[2])):
     gc.collect()
     start = time.perf_counter()
-    store = RecordingStore.load([Path(sys.argv[1])])
+    store = RecordingStore.load([Path(sys.argv[1])], cache=cache)
     times.append(time.perf_counter() - start)
     count, errors = len(store.exchanges), len(store.errors)
     del store
@@ -86,11 +108,15 @@ print(json.dumps({"times": times, "count": count, "errors": errors}))
 """
 
 
-def store_load_times(recordings: Path, runs: int, expected: int) -> list[float]:
+def store_load_times(
+    recordings: Path, runs: int, expected: int, cache_dir: Path | None = None
+) -> list[float]:
     """`RecordingStore.load` alone, `runs` times, in a fresh interpreter (so that the
-    benchmark driver's own heap does not slow its garbage collections)."""
+    benchmark driver's own heap does not slow its garbage collections); every file
+    parsed, or with `cache_dir`, from a load cache there (filled first)."""
+    cache_arg = [str(cache_dir)] if cache_dir is not None else []
     done = subprocess.run(
-        [sys.executable, "-c", _LOAD_SNIPPET, str(recordings), str(runs)],
+        [sys.executable, "-c", _LOAD_SNIPPET, str(recordings), str(runs), *cache_arg],
         capture_output=True,
         text=True,
         timeout=300,
