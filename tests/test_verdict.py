@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chaosllm.config import OnMiss
 from chaosllm.core.journal import JournalRecord, answer_facts
@@ -18,6 +20,7 @@ from chaosllm.faults import FAULT_TYPES, parse_fault_spec
 from chaosllm.faults.board import Fired
 from chaosllm.faults.catalogue import NON_RETRYABLE_CLASSES, retryable_type
 from chaosllm.model import Piece, ResponsePlan
+from chaosllm.strategies import fault_schedules
 from tests.helpers import request_body
 from tests.memory import EnginePair
 
@@ -482,3 +485,38 @@ def test_bad_tolerance_values_are_refused() -> None:
         Tolerances().with_(min_attempts=True)
     with pytest.raises(ConfigError, match="no tolerance 'floor'"):
         Tolerances().with_(floor=1)
+
+
+# -- a client that keeps the rules ----------------------------------------------------------
+
+RULES_FAULTS = ["http_503", "http_429", "http_error", "empty_reply", "connection_reset"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    schedule=fault_schedules(
+        max_faults=4, types=RULES_FAULTS, statuses=[400, 404, 408, 429, 500, 503, 529]
+    ),
+    backoff=st.sampled_from([0.05, 0.3, 1.0]),
+)
+def test_a_client_that_keeps_the_rules_earns_no_finding(
+    schedule: list[dict[str, Any]], backoff: float
+) -> None:
+    """In memory: it waits what Retry-After says or a doubling backoff, never retries
+    a 4xx other than 408, 409 and 429, and stops at the first answer."""
+    pair = EnginePair.of()
+    if schedule:
+        pair.arm(schedule)
+    wait = backoff
+    for _ in range(6):
+        reply = pair.send(request_body(CHAT, stream=False), session="s1")
+        plan = reply.reply.plan
+        if plan.send_head and plan.status == 200:
+            break
+        if plan.send_head and 400 <= plan.status < 500 and plan.status not in (408, 409, 429):
+            break
+        headers = {k.lower(): v for k, v in plan.headers}
+        delay = float(headers["retry-after"]) if "retry-after" in headers else wait
+        wait *= 2
+        pair.clock.advance(delay)
+    assert verdict(pair) == [], pair.journal()
