@@ -194,6 +194,7 @@ def test_get_verdict_over_http(chaos: ChaosServer, sdk: openai.OpenAI, session: 
             ({"min_attempts": "soon"}, "min_attempts"),
             ({"no_backoff_floor": "-1"}, "no_backoff_floor"),
             ({"no_such_tolerance": "1"}, "no_such_tolerance"),
+            ({"min_attempts": "3", "bogus": "1"}, "bogus"),
         ]:
             refused = http.get("/__verdict", params=query)
             assert refused.status_code == 400, query

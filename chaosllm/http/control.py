@@ -513,11 +513,12 @@ async def verdict(request: Request) -> Response:
     state = chaos_state(request)
     session = request.query_params.get("session")
     items = [(k, v) for k, v in request.query_params.multi_items() if k != "session"]
-    try:
-        tolerances = verdicts.Tolerances().with_text(items)
-    except ConfigError as exc:
-        bad = next((k for k, _ in items if k in str(exc)), None)
-        return openai_error(400, str(exc), code="invalid_tolerance", param=bad)
+    tolerances = verdicts.Tolerances()
+    for item in items:  # one at a time, so that the refusal names the bad one
+        try:
+            tolerances = tolerances.with_text([item])
+        except ConfigError as exc:
+            return openai_error(400, str(exc), code="invalid_tolerance", param=item[0])
     found = verdicts.findings(
         state.journal.entries(session), state.board.history(session), tolerances
     )
