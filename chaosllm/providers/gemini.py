@@ -56,7 +56,12 @@ from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse
 from chaosllm.providers import sse
 from chaosllm.providers.base import Provider, cut_json, text_pieces, type_name
-from chaosllm.providers.conversation import ConversationChecks, Finding
+from chaosllm.providers.conversation import (
+    ConversationChecks,
+    Finding,
+    _doubled_user,
+    _missing_system,
+)
 from chaosllm.providers.embeddings import embed
 
 __all__ = [
@@ -250,69 +255,52 @@ def validate_gemini_conversation(body: JSON, *, expects_system: bool = False) ->
                 param="contents[0].role",
             )
         )
-    offered: dict[str, None] = {}
-    previous: dict[str, Any] | None = None
-    at = 0
-    for i, content in contents:
-        pending = dict(offered)
-        for response in _parts_of(content, "functionResponse"):
-            key = _call_key(response)
-            if key in pending:
-                del pending[key]
-                continue
-            findings.append(
-                Finding(
-                    "orphan_tool_result",
-                    f"Please ensure that function response turn comes immediately after a "
-                    f"function call turn: contents[{i}] answers {key!r}, which the turn "
-                    f"before it does not call.",
-                    index=i,
-                    param=f"contents[{i}].parts",
-                )
-            )
-        if pending:
-            findings.append(_unanswered(at, pending))
-        if previous is not None and content.get("role", "user") == "user" == previous.get(
-            "role", "user"
-        ):
-            text = "\n".join(_texts(content.get("parts"))).strip()
-            if text and text == "\n".join(_texts(previous.get("parts"))).strip():
-                findings.append(
-                    Finding(
-                        "doubled_user_message",
-                        f"contents[{i}] repeats the user turn right before it: the same user "
-                        f"message was sent twice.",
-                        index=i,
-                        param=f"contents[{i}].parts",
-                    )
-                )
-        offered = {}
-        if content.get("role") == "model":
-            offered = {_call_key(c): None for c in _parts_of(content, "functionCall")}
-        previous, at = content, i
-    if offered:
-        findings.append(_unanswered(at, offered))
+    calls = [_calls_of(content) for _, content in contents]
+    for k, (i, content) in enumerate(contents):
+        offered = calls[k - 1] if k else {}
+        answered = [_call_key(r) for r in _parts_of(content, "functionResponse")]
+        findings.extend(_orphan_result(i, key) for key in answered if key not in offered)
+        unanswered = {key: None for key in offered if key not in answered}
+        if unanswered:
+            findings.append(_unanswered(contents[k - 1][0], unanswered))
+        if k and _same_user_text(contents[k - 1][1], content):
+            findings.append(_doubled_user(f"contents[{i}]", i, f"contents[{i}].parts"))
+    if calls and calls[-1]:
+        findings.append(_unanswered(contents[-1][0], calls[-1]))
     if expects_system and not gemini_has_system_prompt(body):
-        findings.append(
-            Finding(
-                "missing_system_prompt",
-                "The request has no systemInstruction, but the recording answering it was "
-                "made with one: the harness lost its system prompt.",
-                param="systemInstruction",
-            )
-        )
+        findings.append(_missing_system("systemInstruction"))
     return findings
 
 
+def _calls_of(content: Mapping[str, Any]) -> dict[str, None]:
+    """The calls a model turn makes (by id, else name); none for any other turn."""
+    if content.get("role") != "model":
+        return {}
+    return {_call_key(c): None for c in _parts_of(content, "functionCall")}
+
+
+def _same_user_text(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    if not before.get("role", "user") == after.get("role", "user") == "user":
+        return False
+    text = "\n".join(_texts(after.get("parts"))).strip()
+    return bool(text) and text == "\n".join(_texts(before.get("parts"))).strip()
+
+
+def _orphan_result(index: int, key: str) -> Finding:
+    message = (
+        f"Please ensure that function response turn comes immediately after a function call "
+        f"turn: contents[{index}] answers {key!r}, which the turn before it does not call."
+    )
+    return Finding("orphan_tool_result", message, index=index, param=f"contents[{index}].parts")
+
+
 def _unanswered(index: int, keys: Mapping[str, None]) -> Finding:
-    return Finding(
-        "orphan_tool_call",
+    message = (
         f"Please ensure that function call turn comes immediately before a function response "
         f"turn: the function calls of contents[{index}] ({', '.join(keys)}) have no "
-        f"functionResponse in the next turn.",
-        index=index,
-        param=f"contents[{index}]",
+        f"functionResponse in the next turn."
     )
+    return Finding("orphan_tool_call", message, index=index, param=f"contents[{index}]")
 
 
 def gemini_has_system_prompt(body: JSON) -> bool:
