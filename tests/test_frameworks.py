@@ -10,6 +10,7 @@ short, so the module stays fast."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -533,3 +534,96 @@ def test_litellm_raises_its_error_on_an_http_error_and_retries_it(
     message = litellm_chunks(litellm, server, api=api, stream=stream, retries=1)
     assert message.content == FIRST_ANSWER
     assert statuses(server) == [status, 200]
+
+
+def litellm_error(name: str) -> Any:
+    """An exception class of `litellm.exceptions` (not all are exported at the top)."""
+    return getattr(pytest.importorskip("litellm.exceptions"), name)
+
+
+@litellm_warnings
+@pytest.mark.parametrize("api", APIS)
+def test_litellm_raises_internal_server_error_on_a_dropped_json_answer_and_retries_it(
+    litellm: Any, server: ChaosServer, api: str
+) -> None:
+    server.arm("dropped_connection")
+    with pytest.raises(litellm.InternalServerError, match="Connection error"):
+        litellm_chunks(litellm, server, api=api, retries=0)
+    assert len(statuses(server)) == 1
+    server.reset()
+    server.arm("dropped_connection")
+    # num_retries unset: the openai client's default retries
+    assert litellm_chunks(litellm, server, api=api).content == FIRST_ANSWER
+    assert len(statuses(server)) == 2
+
+
+@litellm_warnings
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    ("spec", "error", "match"),
+    [
+        # the message is empty from `completion`, the envelope's from `acompletion`
+        ({"type": "error_in_200"}, "APIError", None),
+        ({"type": "truncated_stream"}, "InternalServerError", "Unterminated string"),
+    ],
+    ids=["error_in_200", "truncated_stream"],
+)
+def test_litellm_raises_on_a_broken_200_and_retries_it_only_with_num_retries(
+    litellm: Any,
+    server: ChaosServer,
+    spec: dict[str, Any],
+    error: str,
+    match: str | None,
+    api: str,
+) -> None:
+    server.arm(spec)
+    with pytest.raises(litellm_error(error), match=match):
+        litellm_chunks(litellm, server, api=api)  # num_retries unset
+    assert statuses(server) == [200]  # a 200: the openai client does not retry it
+    server.reset()
+    server.arm(spec)
+    assert litellm_chunks(litellm, server, api=api, retries=1).content == FIRST_ANSWER
+    assert statuses(server) == [200, 200]  # litellm's own retry (num_retries)
+
+
+@litellm_warnings
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ({"type": "dropped_connection"}, "Connection error"),
+        ({"type": "error_in_200", "after_chunks": 2}, "The server had an error"),
+        ({"type": "truncated_stream"}, "Stream ended before a finish_reason was received"),
+    ],
+    ids=["dropped_connection", "error_in_200", "truncated_stream"],
+)
+def test_litellm_raises_mid_stream_fallback_error_on_a_broken_stream_and_does_not_retry(
+    litellm: Any, server: ChaosServer, spec: dict[str, Any], match: str, api: str
+) -> None:
+    server.arm(spec)
+    received: list[Any] = []
+    with pytest.raises(litellm_error("MidStreamFallbackError"), match=match) as info:
+        litellm_chunks(litellm, server, api=api, stream=True, retries=1, received=received)
+    assert isinstance(info.value, litellm.ServiceUnavailableError)  # a 503 to `except`
+    text = streamed_text(received)
+    assert FIRST_ANSWER.startswith(text) and text != FIRST_ANSWER  # the chunks before it
+    assert len(statuses(server)) == 1  # raised while iterating: num_retries does not apply
+
+
+@litellm_warnings
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_litellm_passes_malformed_tool_args_through_unparsed(
+    litellm: Any, server: ChaosServer, stream: bool, api: str
+) -> None:
+    server.arm("malformed_tool_args")
+    message = litellm_chunks(litellm, server, api=api, stream=stream, retries=1, tools=True)
+    (call,) = message.tool_calls
+    assert call.function.name == "get_weather"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(call.function.arguments)
+    assert len(statuses(server)) == 1  # no error, so nothing retried
+    server.reset()
+    message = litellm_chunks(litellm, server, api=api, stream=stream, tools=True)
+    (call,) = message.tool_calls
+    assert json.loads(call.function.arguments) == {"location": "Paris, France"}
