@@ -32,17 +32,17 @@ What differs from OpenAI's answers:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
-from chaosllm.providers.openai_chat import OpenAIChat
+from chaosllm.providers.openai_chat import OpenAIChat, data_chunks
 from chaosllm.providers.openai_common import OpenAIProvider
 from chaosllm.providers.openai_responses import OpenAIResponses
-from chaosllm.providers.sse import DONE, data_frame, iter_data
+from chaosllm.providers.ratelimits import RateLimitState
+from chaosllm.providers.sse import data_frame
 
 __all__ = ["AZURE_ERROR_CODES", "AzureChat", "AzureResponses"]
 
@@ -92,6 +92,14 @@ class _Azure(OpenAIProvider):
                 "message": message,
             }
         }
+
+    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
+        """Azure sends the remaining requests and tokens only."""
+        headers: list[tuple[str, str]] = []
+        for name, meter in (("requests", state.requests), ("tokens", state.tokens)):
+            if meter is not None:
+                headers.append((f"x-ratelimit-remaining-{name}", str(meter.remaining)))
+        return tuple(headers)
 
 
 class AzureChat(_Azure, OpenAIChat):
@@ -179,19 +187,8 @@ class AzureResponses(_Azure, OpenAIResponses):
 
 
 def _chunks(frames: Sequence[str]) -> list[dict[str, Any]]:
-    """The JSON objects of the data lines of `frames` (``[DONE]`` and non-objects passed
-    over)."""
-    chunks = []
-    for data in iter_data(frames):
-        if data.strip() == DONE:
-            continue
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(chunk, dict):
-            chunks.append(chunk)
-    return chunks
+    """The JSON objects of the data lines of `frames` (``[DONE]`` passed over)."""
+    return [chunk for chunk in data_chunks(frames) if chunk is not None]
 
 
 def _with_filters(frame: str, filters: Mapping[int, Any]) -> str:

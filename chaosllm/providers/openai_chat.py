@@ -58,6 +58,7 @@ __all__ = [
     "CANONICAL_MESSAGE_KEYS",
     "DONE_FRAME",
     "OpenAIChat",
+    "data_chunks",
     "iter_frame_payloads",
     "sse_frame",
 ]
@@ -116,6 +117,11 @@ def _data_chunks(frames: Sequence[str]) -> Iterator[dict[str, Any] | None]:
             continue
         if isinstance(chunk, dict):
             yield chunk
+
+
+data_chunks = _data_chunks
+"""The JSON object of each data line of some frames, None for ``[DONE]`` (shared with the
+protocols built on Chat Completions)."""
 
 
 def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
