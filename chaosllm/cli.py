@@ -23,7 +23,7 @@ from chaosllm.config import (
     secrets_from_env,
 )
 from chaosllm.doctor import diagnose
-from chaosllm.errors import ChaosLLMError, ConfigError
+from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
 from chaosllm.http.control import parse_allow_hosts
@@ -38,9 +38,12 @@ from chaosllm.testing.probe import (
     BaselineFailed,
     ProbeRun,
     Verdict,
+    compare_reports,
     default_faults,
+    load_baseline,
     probe,
     render_html,
+    render_junit,
     render_matrix,
 )
 
@@ -349,6 +352,15 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
     probe.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
     probe.add_argument(
+        "--junit", type=Path, metavar="FILE", help="write JUnit XML (one test case per cell)"
+    )
+    probe.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        help="an earlier --json report: print what changed, exit 1 if any cell got worse",
+    )
+    probe.add_argument(
         "--strict", action="store_true", help="exit 1 if any run hung or gave a wrong answer"
     )
     probe.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
@@ -513,6 +525,13 @@ def _probe(args: argparse.Namespace) -> int:
             )
             return 2
         faults = default_faults(stall_ms=args.timeout * 2000, types=names)
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = load_baseline(args.baseline)
+        except BadBaseline as exc:
+            print(f"chaosllm: {exc}", file=sys.stderr)
+            return 2
 
     def progress(run: ProbeRun) -> None:
         verdict = run.verdict.value if run.verdict else ""
@@ -543,8 +562,16 @@ def _probe(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
     if args.html:
         args.html.write_text(render_html(report), encoding="utf-8")
+    if args.junit:
+        args.junit.write_text(render_junit(report), encoding="utf-8")
+    regressed = False
+    if baseline is not None:
+        comparison = compare_reports(baseline, report)
+        print()
+        print(comparison.render())
+        regressed = comparison.regressed
     bad = {Verdict.HUNG, Verdict.WRONG_ANSWER}
-    return 1 if args.strict and any(r.verdict in bad for r in report.runs) else 0
+    return 1 if regressed or (args.strict and any(r.verdict in bad for r in report.runs)) else 0
 
 
 def _serve(args: argparse.Namespace) -> int:

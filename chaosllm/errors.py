@@ -7,6 +7,8 @@ builtin in (in brackets), so ``except ValueError`` written before the tree still
     ChaosLLMError
     ├── ConfigError (ValueError)          a configuration that is refused: a `ServerConfig`,
     │                                     `ChaosServer(...)` argument or CLI flag
+    │   └── BadBaseline                   `chaosllm probe --baseline`: a file that is not
+    │                                     a readable probe report
     ├── RecordingError (ValueError)       a recording file that cannot be read
     │   └── UnknownFormat                 a file in none of the formats chaosllm reads
     ├── InvalidRequest (ValueError)       a provider request that is malformed
@@ -41,6 +43,7 @@ an `OSError` or `TimeoutError` base would let the transports' own ``except OSErr
 from __future__ import annotations
 
 __all__ = [
+    "BadBaseline",
     "ChaosLLMError",
     "ClosedBeforeAnswer",
     "ConfigError",
@@ -72,6 +75,11 @@ class ChaosLLMError(Exception):
 class ConfigError(ChaosLLMError, ValueError):
     """A configuration that is refused (a mode without its upstream, an unknown matcher, a
     bad timing...); the message names the setting and the valid values."""
+
+
+class BadBaseline(ConfigError):
+    """`chaosllm probe --baseline FILE`: the file cannot be read, is not JSON, or is not a
+    probe report (``--json`` output); the message says which."""
 
 
 class RecordingError(ChaosLLMError, ValueError):

@@ -39,6 +39,7 @@ PINNED: dict[str, list[str]] = {
         "parse_fault_spec",
     ],
     "chaosllm.errors": [
+        "BadBaseline",
         "ChaosLLMError",
         "ClosedBeforeAnswer",
         "ConfigError",

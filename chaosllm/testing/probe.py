@@ -4,7 +4,8 @@ The program runs once without faults (the baseline), then once per fault and
 per variant (the fault armed on the first JSON request, or on the first
 streaming request), each time against a fresh server, with `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
 `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`, `GOOGLE_GEMINI_BASE_URL` and
-`GEMINI_API_KEY` (google-genai), `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` with dummy AWS
+`GEMINI_API_KEY` (google-genai), `OLLAMA_HOST`
+(ollama), `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` with dummy AWS
 credentials and `AWS_REGION`/`AWS_DEFAULT_REGION` (boto3) pointing at it (any protocol
 chaosllm speaks). Each run is classified:
 
@@ -14,6 +15,20 @@ chaosllm speaks). Each run is classified:
 - **failed cleanly**: a non-zero exit status within the time limit;
 - **hung**: still running at the time limit (then killed);
 - **not fired**: the program made no request the fault applies to.
+
+Each run (a cell of the matrix) also lists its **findings**: what the server concluded
+about the client's retries from the journal and the fault history
+(`ChaosServer.verdict()`: ``retry_after_ignored``, ``no_backoff``...), and its
+**timeline**: one entry per attempt the server saw, with its time since the program
+started, status, fault and outcome.
+
+As a CI gate: `compare_reports` compares a report with an earlier one (`load_baseline`
+reads a ``--json`` file): a cell got **worse** when its outcome ranks lower (recovered or
+not fired > failed cleanly > wrong answer or hung) or it has a finding (by name) the
+baseline cell did not have. `render_junit` writes JUnit XML, one test case per cell: a
+cell that hung or gave a wrong answer is a failure (what ``--strict`` refuses: a clean
+failure is a good outcome, the client noticed), a cell whose fault never fired is
+skipped, and the findings are in the case's ``system-out``.
 """
 
 from __future__ import annotations
@@ -22,28 +37,38 @@ import enum
 import html
 import json
 import os
+import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaosllm.errors import ChaosLLMError
+from chaosllm.core.verdict import findings
+from chaosllm.errors import BadBaseline, ChaosLLMError
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
 from chaosllm.server import ChaosServer
 from chaosllm.store.profiles import load_profile
 
 __all__ = [
+    "BadBaseline",
     "BaselineFailed",
+    "CellChange",
+    "Comparison",
     "ProbeReport",
     "ProbeRun",
     "Verdict",
+    "compare_reports",
     "default_faults",
+    "load_baseline",
     "probe",
     "render_html",
+    "render_junit",
     "render_matrix",
 ]
 
@@ -69,6 +94,13 @@ class ProbeRun:
     fired: bool
     stdout: str
     stderr: str
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """The server's findings about the client's behaviour in this run (each a
+    ``Finding.to_json()``: ``name``, ``seqs``, ``explanation``)."""
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per attempt the server saw: ``seq``, ``at`` (seconds since the program
+    started), ``stream``, ``status``, ``fault`` (its type or None), ``outcome``,
+    ``frames``."""
 
     @property
     def label(self) -> str:
@@ -85,6 +117,8 @@ class ProbeRun:
             "fired": self.fired,
             "stdout": self.stdout,
             "stderr": self.stderr[-2000:],
+            "findings": self.findings,
+            "timeline": self.timeline,
         }
 
 
@@ -147,12 +181,13 @@ def _run_once(
             "OPENAI_API_KEY": "sk-chaosllm-probe",
             "ANTHROPIC_BASE_URL": server.url,
             "ANTHROPIC_API_KEY": "sk-ant-chaosllm-probe",
-            "GOOGLE_GEMINI_BASE_URL": server.url,
-            "GOOGLE_VERTEX_BASE_URL": server.url,
-            "GEMINI_API_KEY": "chaosllm-gemini-probe",
             "AZURE_OPENAI_ENDPOINT": server.url,
             "AZURE_OPENAI_API_KEY": "chaosllm-azure-probe",
             "OPENAI_API_VERSION": "2024-10-21",
+            "GOOGLE_GEMINI_BASE_URL": server.url,
+            "GOOGLE_VERTEX_BASE_URL": server.url,
+            "GEMINI_API_KEY": "chaosllm-gemini-probe",
+            "OLLAMA_HOST": server.url,
             "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url,
             "AWS_ACCESS_KEY_ID": "chaosllm-aws-probe",
             "AWS_SECRET_ACCESS_KEY": "chaosllm-aws-probe",
@@ -167,6 +202,7 @@ def _run_once(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",
             start_new_session=True,
         )
         hung = False
@@ -178,6 +214,7 @@ def _run_once(
             stdout, stderr = proc.communicate()
         seconds = time.monotonic() - started
         journal = server.requests(settle=1.0)
+        found = _findings(server)
     fired = any(e.get("fault") for e in journal)
     return ProbeRun(
         fault=fault,
@@ -189,7 +226,29 @@ def _run_once(
         fired=fired,
         stdout=stdout,
         stderr=stderr,
+        findings=found,
+        timeline=[_attempt(e, started) for e in journal],
     )
+
+
+def _findings(server: ChaosServer) -> list[dict[str, Any]]:
+    """The server's findings about the client's behaviour (all sessions, default
+    tolerances): `chaosllm.core.verdict.findings` over its journal and fault history."""
+    state = server.state
+    return [f.to_json() for f in findings(state.journal.entries(), state.board.history())]
+
+
+def _attempt(entry: Mapping[str, Any], started: float) -> dict[str, Any]:
+    fault = entry.get("fault")
+    return {
+        "seq": entry["seq"],
+        "at": round(max(0.0, float(entry["monotonic"]) - started), 4),
+        "stream": bool(entry.get("stream")),
+        "status": entry.get("status"),
+        "fault": fault["type"] if fault else None,
+        "outcome": entry.get("outcome"),
+        "frames": entry.get("frames_sent"),
+    }
 
 
 def _classify(run: ProbeRun, baseline: ProbeRun) -> Verdict:
@@ -277,6 +336,251 @@ def render_matrix(report: ProbeReport) -> str:
     return "\n".join(lines)
 
 
+# -- the baseline gate ---------------------------------------------------------------
+
+_RANK = {
+    Verdict.RECOVERED.value: 0,
+    Verdict.NOT_FIRED.value: 0,
+    Verdict.FAILED_CLEANLY.value: 1,
+    Verdict.WRONG_ANSWER.value: 2,
+    Verdict.HUNG.value: 2,
+}
+"""How good an outcome is (lower is better): a run whose fault did not fire did nothing
+bad; a clean failure is worse than a recovery; a wrong answer and a hang are the worst."""
+
+
+@dataclass(frozen=True, slots=True)
+class CellChange:
+    """A cell whose outcome or findings differ from the baseline's (or that only one of
+    the two reports has: `before` or `after` is then None)."""
+
+    cell: str
+    """``fault type/variant`` (``#2``, ``#3``... for a type the faults list again)."""
+    before: str | None
+    after: str | None
+    new_findings: tuple[str, ...] = ()
+    gone_findings: tuple[str, ...] = ()
+
+    @property
+    def worse(self) -> bool:
+        if self.before is None or self.after is None:
+            return False
+        return _RANK[self.after] > _RANK[self.before] or bool(self.new_findings)
+
+    @property
+    def better(self) -> bool:
+        if self.before is None or self.after is None or self.worse:
+            return False
+        return _RANK[self.after] < _RANK[self.before] or bool(self.gone_findings)
+
+    def describe(self) -> str:
+        if self.before is None:
+            return f"{self.cell}: new cell, {self.after}"
+        if self.after is None:
+            return f"{self.cell}: not in this report (was {self.before})"
+        parts = []
+        if self.before != self.after:
+            parts.append(f"{self.before} -> {self.after}")
+        if self.new_findings:
+            parts.append("new findings: " + ", ".join(self.new_findings))
+        if self.gone_findings:
+            parts.append("findings gone: " + ", ".join(self.gone_findings))
+        return f"{self.cell}: " + "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A report against its baseline: the cells that changed, and how many did not."""
+
+    changes: tuple[CellChange, ...]
+    same: int
+
+    @property
+    def worse(self) -> list[CellChange]:
+        return [c for c in self.changes if c.worse]
+
+    @property
+    def better(self) -> list[CellChange]:
+        return [c for c in self.changes if c.better]
+
+    @property
+    def regressed(self) -> bool:
+        """Whether any cell got worse (``chaosllm probe --baseline`` then exits 1)."""
+        return any(c.worse for c in self.changes)
+
+    def render(self) -> str:
+        """The diff for a terminal: a count line, then one line per changed cell."""
+        other = len(self.changes) - len(self.worse) - len(self.better)
+        lines = [
+            f"against the baseline: {len(self.worse)} worse, {len(self.better)} better, "
+            f"{other} other changes, {self.same} the same"
+        ]
+        for change in self.changes:
+            mark = "worse " if change.worse else "better" if change.better else "change"
+            lines.append(f"  {mark}  {change.describe()}")
+        return "\n".join(lines)
+
+
+def _not_a_report(source: str, why: str) -> BadBaseline:
+    return BadBaseline(f"{source} is not a chaosllm probe report (--json output): {why}")
+
+
+def _cells(data: Any, source: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """A report's cells: ``type/variant`` -> (verdict, finding names). `BadBaseline` when
+    `data` is not a probe report."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("runs"), list):
+        raise _not_a_report(source, "no list of runs")
+    cells: dict[str, tuple[str, frozenset[str]]] = {}
+    seen: Counter[str] = Counter()
+    for index, run in enumerate(data["runs"]):
+        fault = run.get("fault") if isinstance(run, Mapping) else None
+        if not isinstance(fault, Mapping) or not isinstance(fault.get("type"), str):
+            raise _not_a_report(source, f"run {index} names no fault type")
+        assert isinstance(run, Mapping)
+        variant, verdict = run.get("variant"), run.get("verdict")
+        if not isinstance(variant, str) or verdict not in _RANK:
+            raise _not_a_report(source, f"run {index} has no variant or no known verdict")
+        found = run.get("findings", [])
+        if not isinstance(found, list) or not all(
+            isinstance(f, Mapping) and isinstance(f.get("name"), str) for f in found
+        ):
+            raise _not_a_report(source, f"run {index} has findings without names")
+        key = f"{fault['type']}/{variant}"
+        seen[key] += 1
+        if seen[key] > 1:
+            key = f"{key}#{seen[key]}"
+        cells[key] = (str(verdict), frozenset(str(f["name"]) for f in found))
+    return cells
+
+
+def load_baseline(path: str | Path) -> dict[str, Any]:
+    """An earlier report (``chaosllm probe --json`` output), checked: `BadBaseline` when
+    the file is missing or unreadable, not JSON, or not a probe report."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadBaseline(f"cannot read the baseline {source}: {reason}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _not_a_report(source, f"not JSON ({exc})") from None
+    _cells(data, source)
+    assert isinstance(data, dict)
+    return data
+
+
+def compare_reports(
+    baseline: Mapping[str, Any], report: ProbeReport | Mapping[str, Any]
+) -> Comparison:
+    """`report` against `baseline` (both as ``--json`` writes them, or `report` as a
+    `ProbeReport`), cell by cell (fault type and variant). `BadBaseline` when `baseline`
+    is not a probe report."""
+    before = _cells(baseline, "the baseline")
+    after = _cells(report.to_json() if isinstance(report, ProbeReport) else report, "the report")
+    changes: list[CellChange] = []
+    same = 0
+    for key in [*before, *(k for k in after if k not in before)]:
+        old, new = before.get(key), after.get(key)
+        if old is None or new is None:
+            changes.append(CellChange(key, old[0] if old else None, new[0] if new else None))
+            continue
+        added, gone = tuple(sorted(new[1] - old[1])), tuple(sorted(old[1] - new[1]))
+        if old[0] == new[0] and not added and not gone:
+            same += 1
+        else:
+            changes.append(CellChange(key, old[0], new[0], added, gone))
+    return Comparison(tuple(changes), same)
+
+
+# -- JUnit XML ---------------------------------------------------------------------------
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""Characters XML 1.0 cannot carry at all, even escaped (control characters, lone
+surrogates): a program's output may hold them."""
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _finding_lines(findings: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [
+        f"{f.get('name')} (requests {', '.join(f'#{s}' for s in f.get('seqs') or [])}): "
+        f"{f.get('explanation', '')}"
+        for f in findings
+    ]
+
+
+def render_junit(report: ProbeReport) -> str:
+    """The report as JUnit XML: one ``testcase`` per cell (``http_503[stream]``, class
+    ``chaosllm.probe``). A cell that hung or gave a wrong answer has a ``failure``; one
+    whose fault never fired is ``skipped``; recovered and failed-cleanly cells pass. Each
+    case's ``system-out`` has the cell's findings, its attempts and the program's output."""
+    bad = {Verdict.HUNG, Verdict.WRONG_ANSWER}
+    failures = sum(1 for r in report.runs if r.verdict in bad)
+    skipped = sum(1 for r in report.runs if r.verdict is Verdict.NOT_FIRED)
+    total = sum(r.seconds for r in report.runs)
+    attributes = {
+        "name": "chaosllm probe",
+        "tests": str(len(report.runs)),
+        "failures": str(failures),
+        "errors": "0",
+        "skipped": str(skipped),
+        "time": f"{total:.3f}",
+    }
+    root = ET.Element("testsuites", attributes)
+    suite = ET.SubElement(root, "testsuite", attributes)
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="command", value=_xml_text(" ".join(report.command)))
+    for run in report.runs:
+        verdict = run.verdict.value if run.verdict else "baseline"
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname="chaosllm.probe",
+            name=_xml_text(f"{run.label}[{run.variant}]"),
+            time=f"{run.seconds:.3f}",
+        )
+        if run.verdict in bad:
+            failure = ET.SubElement(
+                case,
+                "failure",
+                type=verdict,
+                message=_xml_text(f"{run.label} on the {run.variant} request: {verdict}"),
+            )
+            failure.text = _xml_text(
+                f"{verdict} (exit {run.exit_code}, {run.attempts} requests, "
+                f"{run.seconds:.2f} s)\n--- output ---\n{run.stdout}\n"
+                f"--- baseline output ---\n{report.baseline.stdout}"
+            )
+        elif run.verdict is Verdict.NOT_FIRED:
+            ET.SubElement(
+                case, "skipped", message="the program made no request the fault applies to"
+            )
+        lines = [f"verdict: {verdict}", f"findings: {len(run.findings)}"]
+        lines += [f"  {line}" for line in _finding_lines(run.findings)]
+        lines.append("attempts:")
+        lines += [f"  {_attempt_line(a)}" for a in run.timeline] or ["  (none)"]
+        lines += ["--- stdout ---", run.stdout]
+        ET.SubElement(case, "system-out").text = _xml_text("\n".join(lines))
+        ET.SubElement(case, "system-err").text = _xml_text(run.stderr[-2000:])
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _attempt_line(attempt: Mapping[str, Any]) -> str:
+    kind = "stream" if attempt.get("stream") else "json"
+    return (
+        f"#{attempt['seq']} +{attempt['at']:.3f}s {kind} status={attempt.get('status')} "
+        f"fault={attempt.get('fault') or '-'} outcome={attempt.get('outcome')} "
+        f"frames={attempt.get('frames')}"
+    )
+
+
+# -- HTML --------------------------------------------------------------------------------
+
 _COLOURS = {
     "recovered": "#1a7f37",
     "failed cleanly": "#9a6700",
@@ -284,34 +588,93 @@ _COLOURS = {
     "wrong answer": "#cf222e",
     "not fired": "#6e7781",
 }
+_WIDTH, _HEIGHT = 640, 36
+
+
+def _timeline_svg(run: ProbeRun) -> str:
+    """The run's attempts on a time axis (inline SVG): one mark per attempt, red when a
+    fault fired on it, green for a 2xx answer without fault, amber otherwise; hovering
+    a mark shows the attempt."""
+    span = max([run.seconds, *(a["at"] for a in run.timeline), 0.001])
+    left, right = 8, _WIDTH - 8
+    marks = []
+    for attempt in run.timeline:
+        x = left + (right - left) * attempt["at"] / span
+        status = attempt.get("status")
+        colour = (
+            "#cf222e"
+            if attempt.get("fault")
+            else "#1a7f37"
+            if isinstance(status, int) and 200 <= status < 300
+            else "#9a6700"
+        )
+        marks.append(
+            f'<rect x="{x - 3:.1f}" y="6" width="6" height="16" fill="{colour}">'
+            f"<title>{html.escape(_attempt_line(attempt))}</title></rect>"
+        )
+    end = html.escape(f"{run.seconds:.2f} s")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
+        f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="attempts over time">'
+        f'<line x1="{left}" y1="14" x2="{right}" y2="14" stroke="#d0d7de" stroke-width="2"/>'
+        f"{''.join(marks)}"
+        f'<text x="{left}" y="33" font-size="10" fill="#57606a">0 s</text>'
+        f'<text x="{right}" y="33" font-size="10" fill="#57606a" text-anchor="end">{end}</text>'
+        "</svg>"
+    )
+
+
+def _run_details(run: ProbeRun) -> str:
+    verdict = run.verdict.value if run.verdict else ""
+    findings = "".join(f"<li>{html.escape(line)}</li>" for line in _finding_lines(run.findings))
+    attempts = "".join(f"<li>{html.escape(_attempt_line(a))}</li>" for a in run.timeline)
+    return (
+        f"<details><summary>{html.escape(run.label)} / {html.escape(run.variant or '')}: "
+        f"{html.escape(verdict)} (exit {run.exit_code}, {run.attempts} requests, "
+        f"{run.seconds:.2f} s, {len(run.findings)} findings)</summary>"
+        f"{_timeline_svg(run)}"
+        f'<h3>Findings</h3><ul class="findings">{findings or "<li>none</li>"}</ul>'
+        f'<h3>Attempts</h3><ol class="attempts">{attempts or "<li>none</li>"}</ol>'
+        f"<pre>{html.escape(run.stdout)}\n{html.escape(run.stderr[-2000:])}</pre></details>"
+    )
+
+
+def _script_json(value: Any) -> str:
+    """JSON that a ``<script type="application/json">`` element holds as is: no ``<``,
+    ``>`` or ``&`` that could end the element early (JSON.parse reads it back)."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render_html(report: ProbeReport) -> str:
-    """A self-contained HTML report (no external resources)."""
+    """A self-contained HTML report (no external resources): the matrix (each cell with
+    its count of findings), then each run with a timeline of its attempts, its findings,
+    and the program's output."""
     matrix = report.matrix()
     variants = [v for v in VARIANTS if any(v in row for row in matrix.values())]
+    counts = {(r.label, r.variant): len(r.findings) for r in report.runs}
     rows = []
     for fault, row in matrix.items():
         cells = "".join(
             f'<td style="color:{_COLOURS.get(row.get(v, ""), "#000")}">'
-            f"{html.escape(row.get(v, ''))}</td>"
+            f"{html.escape(row.get(v, ''))}"
+            + (
+                f' <span class="findings">({counts[fault, v]} findings)</span>'
+                if counts.get((fault, v))
+                else ""
+            )
+            + "</td>"
             for v in variants
         )
         rows.append(f"<tr><th>{html.escape(fault)}</th>{cells}</tr>")
-    details = "".join(
-        f"<details><summary>{html.escape(r.label)} / {html.escape(r.variant or '')}: "
-        f"{html.escape(r.verdict.value if r.verdict else '')} (exit {r.exit_code}, "
-        f"{r.attempts} requests, {r.seconds:.2f} s)</summary><pre>"
-        f"{html.escape(r.stdout)}\n{html.escape(r.stderr[-2000:])}</pre></details>"
-        for r in report.runs
-    )
+    details = "".join(_run_details(r) for r in report.runs)
     command = html.escape(" ".join(report.command))
-    data = html.escape(json.dumps(report.to_json()))
+    data = _script_json(report.to_json())
     head = "".join(f"<th>{html.escape(v)}</th>" for v in variants)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>chaosllm probe: {command}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #d0d7de;padding:4px 10px;text-align:left}}
+.findings{{color:#cf222e}}h3{{font-size:1em;margin:.5em 0 .2em}}
 pre{{background:#f6f8fa;padding:8px;white-space:pre-wrap}}</style></head>
 <body><h1>chaosllm probe</h1><p><code>{command}</code></p>
 <table><thead><tr><th>fault</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
