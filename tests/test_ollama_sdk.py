@@ -414,3 +414,28 @@ def test_the_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
         assert [ch["data"] for ch in chunks] == [
             ch["data"] for ch in recording(STREAM)["response"]["chunks"]
         ]
+
+
+# -- the pytest fixture ---------------------------------------------------------------------
+
+
+@pytest.mark.chaosllm(shared=True)
+def test_the_fixture_gives_an_ollama_client_and_env(
+    chaosllm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = recording(TEXT)["response"]["body"]
+    with chaosllm.ollama(timeout=10) as c:
+        assert c.chat(**request(TEXT)) == ChatResponse(**body)
+    assert chaosllm.env["OLLAMA_HOST"] == chaosllm.url
+    monkeypatch.setenv("OLLAMA_HOST", chaosllm.env["OLLAMA_HOST"])
+    with ollama.Client(headers=chaosllm.headers, timeout=10) as c:  # what a program reads
+        assert c.chat(**request(TEXT)) == ChatResponse(**body)
+
+    async def main() -> None:
+        async with chaosllm.async_ollama(timeout=10) as c:
+            assert await c.chat(**request(TEXT)) == ChatResponse(**body)
+
+    anyio.run(main)
+    records = chaosllm.requests()
+    assert [r["path"] for r in records] == ["/api/chat"] * 3
+    assert {r["session"] for r in records} == {chaosllm.session}  # the session header is sent

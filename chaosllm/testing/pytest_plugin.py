@@ -107,6 +107,7 @@ class ChaosHandle:
             "GOOGLE_GEMINI_BASE_URL": self.url,
             "GOOGLE_VERTEX_BASE_URL": self.url,
             "GEMINI_API_KEY": "chaosllm-gemini-test",
+            "OLLAMA_HOST": self.url,
             "AZURE_OPENAI_ENDPOINT": self.url,
             "AZURE_OPENAI_API_KEY": "chaosllm-azure-test",
             "OPENAI_API_VERSION": AZURE_API_VERSION,
@@ -252,6 +253,21 @@ class ChaosHandle:
         if headers:
             client.meta.events.register("before-sign.bedrock-runtime", add_headers)
         return client
+
+    def ollama(self, **kwargs: Any) -> Any:
+        """An `ollama.Client` for this server and session (``chat``, ``generate``, ``embed``,
+        ``list``...); other `ollama.Client` arguments (``timeout``...) pass through."""
+        import ollama
+
+        kwargs["headers"] = {**self.headers, **(kwargs.get("headers") or {})}
+        return ollama.Client(host=self.url, **kwargs)
+
+    def async_ollama(self, **kwargs: Any) -> Any:
+        """An `ollama.AsyncClient` for this server and session (`ollama`'s twin)."""
+        import ollama
+
+        kwargs["headers"] = {**self.headers, **(kwargs.get("headers") or {})}
+        return ollama.AsyncClient(host=self.url, **kwargs)
 
     def async_openai(self, **kwargs: Any) -> Any:
         """An `openai.AsyncOpenAI` client for this server and session."""
