@@ -322,12 +322,17 @@ def test_http_429_is_resource_exhausted_and_retry_after_is_ignored(server: Chaos
         c.models.generate_content(**call(TEXT))
     assert info.value.code == 429 and info.value.status == "RESOURCE_EXHAUSTED"
     server.arm("http_429", retry_after=5)
+    with client(server) as c, pytest.raises(errors.ClientError) as info:
+        streamed(c, STREAM)
+    assert info.value.code == 429
+    server.reset()
+    server.arm("http_429", retry_after=5)
     started = time.monotonic()
     with retrying(server) as c:
         assert c.models.generate_content(**call(TEXT)).text == expected(TEXT).text
     # Observed: its own exponential backoff, not the 5 s Retry-After.
     assert time.monotonic() - started < 4
-    assert statuses(server) == [429, 429, 200]
+    assert statuses(server) == [429, 200]
 
 
 @pytest.mark.parametrize(
@@ -452,11 +457,15 @@ def test_connection_reset_is_a_read_error_never_retried(server: ChaosServer, str
     assert len(server.requests()) == 1
 
 
-def test_empty_reply_is_a_remote_protocol_error(sdk: genai.Client, server: ChaosServer) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_empty_reply_is_a_remote_protocol_error_never_retried(
+    server: ChaosServer, stream: bool
+) -> None:
     server.arm("empty_reply")
-    with pytest.raises(Exception) as info:
-        sdk.models.generate_content(**call(TEXT))
+    with retrying(server) as c, pytest.raises(Exception) as info:
+        streamed(c, STREAM) if stream else c.models.generate_content(**call(TEXT))
     assert type(info.value).__name__ == "RemoteProtocolError"
+    assert len(server.requests()) == 1
 
 
 def test_stall_times_out_and_retry_options_retry_a_timeout(server: ChaosServer) -> None:
@@ -490,12 +499,15 @@ def test_garbage(sdk: genai.Client, server: ChaosServer) -> None:
 
 @pytest.mark.parametrize("kind", ["latency", "slow_stream"])
 def test_slowness_delivers_the_whole_answer(server: ChaosServer, kind: str) -> None:
-    server.arm(kind, delay_ms=100)
+    server.arm(kind, delay_ms=100, remaining=2)
     started = time.monotonic()
     with client(server) as c:
         chunks = streamed(c, STREAM)
-    assert [dump(ch) for ch in chunks] == [dump(ch) for ch in recorded_chunks(STREAM)]
+        assert time.monotonic() - started >= 0.1
+        started = time.monotonic()
+        assert dump(c.models.generate_content(**call(TEXT))) == dump(expected(TEXT))
     assert time.monotonic() - started >= 0.1
+    assert [dump(ch) for ch in chunks] == [dump(ch) for ch in recorded_chunks(STREAM)]
 
 
 # -- record -> replay through the proxy --------------------------------------------------------
