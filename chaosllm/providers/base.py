@@ -411,6 +411,11 @@ class Provider(abc.ABC):
         """The body a non-stream request gets for a recorded body (itself by default)."""
         return body
 
+    def json_status(self, body: JSON, status: int) -> int:
+        """The status a non-stream request gets for a recorded answer `body` with `status`
+        (`status` by default; Ollama answers a tool call it cannot parse with a 500)."""
+        return status
+
     def served_answer(self, answer: JSON, request: JSON) -> JSON:
         """A recorded answer as the API would send it, for the recorded `request`: what a
         recording lacks that every real answer has is filled in (estimated; `estimated`
@@ -473,7 +478,7 @@ class Provider(abc.ABC):
                 answer = self.served_answer(answer, request)
             data = json.dumps(self.json_answer(answer), ensure_ascii=False)
             return ResponsePlan(
-                status=response.status,
+                status=self.json_status(answer, response.status),
                 headers=JSON_HEADERS + headers,
                 pieces=(Piece(data.encode("utf-8"), frame=False),),
             )

@@ -17,17 +17,20 @@ A stream is a sequence of lines, each one JSON object and ``\\n``
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from chaosllm.model import JSON
+from chaosllm.providers.sse import FrameSplitter
 
 __all__ = ["NDJSON_HEADERS", "NDJSON_TYPE", "LineSplitter", "iter_objects", "line"]
 
 NDJSON_TYPE: Final = "application/x-ndjson"
 NDJSON_HEADERS: Final = (("content-type", NDJSON_TYPE),)
 """The headers a rendered NDJSON stream is served with (before the recorded ones)."""
+_NEWLINE: Final = (b"\n",)
 
 
 def line(payload: JSON) -> str:
@@ -39,54 +42,26 @@ def iter_objects(frames: Iterable[str]) -> Iterator[dict[str, Any]]:
     """The JSON object of each line in `frames` (anything else is passed over)."""
     for frame in frames:
         for text in frame.split("\n"):
-            if not text.strip():
-                continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
+            value = _object(text) if text.strip() else None
+            if value is not None:
                 yield value
 
 
-class LineSplitter:
+def _object(text: str) -> dict[str, Any] | None:
+    """The JSON object a line holds, None for any other line."""
+    with contextlib.suppress(json.JSONDecodeError):
+        value = json.loads(text)
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+class LineSplitter(FrameSplitter):
     """Cuts NDJSON bytes into frames (one line each, its newline kept) as they arrive,
-    timing each by the arrival of the bytes that completed it."""
+    timing each by the arrival of the bytes that completed it; what `FrameSplitter` does
+    for SSE (its `finish`: bytes after the last newline join the last frame)."""
 
-    __slots__ = ("_buffer", "_last", "frames", "keep")
+    __slots__ = ()
 
-    def __init__(self, start: float, *, keep: bool = True) -> None:
-        self._buffer = bytearray()
-        self._last = start
-        self.keep = keep
-        """Whether frames are kept (False: only counted)."""
-        self.frames: list[tuple[bytes, float]] = []
-        """(exact bytes, milliseconds since the previous frame or the head)."""
-
-    def feed(self, data: bytes, now: float) -> int:
-        """Take the next bytes; how many frames they completed."""
-        buffer = self._buffer
-        search = len(buffer)
-        buffer += data
-        cut = count = 0
-        while (at := buffer.find(b"\n", search)) != -1:
-            end = at + 1
-            if self.keep:
-                self.frames.append((bytes(buffer[cut:end]), (now - self._last) * 1000.0))
-            self._last = now
-            count += 1
-            cut = search = end
-        if cut:
-            del buffer[:cut]
-        return count
-
-    def finish(self) -> None:
-        """End of stream: bytes after the last newline join the last frame, so that the
-        frames always add up to the body."""
-        if self._buffer and self.keep:
-            if self.frames:
-                data, delay = self.frames[-1]
-                self.frames[-1] = (data + bytes(self._buffer), delay)
-            else:
-                self.frames.append((bytes(self._buffer), 0.0))
-        self._buffer.clear()
+    def _marks(self, buffer: bytearray) -> tuple[bytes, ...]:
+        return _NEWLINE

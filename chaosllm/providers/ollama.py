@@ -50,15 +50,9 @@ from dataclasses import replace
 from typing import Any, Final
 
 from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON, RecordedResponse, ResponsePlan
+from chaosllm.model import JSON
 from chaosllm.providers import ndjson
-from chaosllm.providers.base import (
-    JSON_VARIANT,
-    FrameSplitting,
-    Provider,
-    Variant,
-    text_pieces,
-)
+from chaosllm.providers.base import FrameSplitting, Provider, text_pieces, type_name
 from chaosllm.providers.conversation import ConversationChecks, Finding, validate_conversation
 from chaosllm.providers.embeddings import FALLBACK_DIMENSIONS, MAX_DIMENSIONS, embed
 
@@ -129,15 +123,9 @@ def error_envelope(message: str) -> dict[str, Any]:
 
 
 def _go_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
+    """How Go's JSON decoder names a value's type (``string``, ``number``, ``bool``...)."""
+    name = type_name(value).rsplit(" ", 1)[-1]
+    return "bool" if name == "boolean" else name
 
 
 def _unmarshal(value: object, where: str, want: str) -> InvalidRequest:
@@ -304,18 +292,9 @@ class OllamaProvider(Provider):
         failure = _parse_failure(body)
         return body if failure is None else error_envelope(failure)
 
-    def _render(
-        self,
-        response: RecordedResponse,
-        variant: Variant,
-        options: Mapping[str, Any],
-        timing: float,
-        request: JSON,
-    ) -> ResponsePlan:
-        plan = super()._render(response, variant, options, timing, request)
-        if variant == JSON_VARIANT and response.status < 400 and _parse_failure(response.body):
-            return plan.with_(status=500)  # as Ollama answers a tool call it cannot parse
-        return plan
+    def json_status(self, body: JSON, status: int) -> int:
+        """A 500 for an answer whose tool call cannot be parsed, as Ollama answers it."""
+        return 500 if status < 400 and _parse_failure(body) is not None else status
 
     def stream_frames(self, answer: Mapping[str, Any]) -> list[str]:
         """NDJSON lines equivalent to an answer, as Ollama streams it."""

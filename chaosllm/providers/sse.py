@@ -123,7 +123,7 @@ class FrameSplitter:
         buffer = self._buffer
         search = max(0, len(buffer) - 3)
         buffer += data
-        marks = _BOUNDARY_MARKS if b"\r" in buffer else _LF_MARK
+        marks = self._marks(buffer)
         cut = count = 0
         while True:
             end = -1
@@ -141,6 +141,11 @@ class FrameSplitter:
         if cut:
             del buffer[:cut]
         return count
+
+    def _marks(self, buffer: bytearray) -> tuple[bytes, ...]:
+        """The byte sequences that end a frame (blank lines; `ndjson.LineSplitter`: a
+        newline)."""
+        return _BOUNDARY_MARKS if b"\r" in buffer else _LF_MARK
 
     def finish(self) -> None:
         """End of stream: bytes after the last blank line join the last frame, so that
