@@ -82,6 +82,7 @@ PINNED: dict[str, list[str]] = {
         "format_journal",
         "retry_after_of",
     ],
+    "chaosllm.stateful": ["AgentMachine"],
     "chaosllm.pytest_plugin": [
         "ChaosHandle",
         "chaosllm",
@@ -157,6 +158,7 @@ def test_an_unknown_attribute_is_an_attribute_error() -> None:
         ("chaosllm.pytest_plugin", "chaosllm.testing.pytest_plugin"),
         ("chaosllm.strategies", "chaosllm.testing.strategies"),
         ("chaosllm.resilience", "chaosllm.testing.resilience"),
+        ("chaosllm.stateful", "chaosllm.testing.stateful"),
     ],
 )
 def test_a_shim_offers_the_objects_of_its_home(shim: str, home: str) -> None:
