@@ -613,3 +613,32 @@ def test_the_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
         assert [ch["data"] for ch in chunks] == [
             ch["data"] for ch in recording(STREAM)["response"]["chunks"]
         ]
+
+
+@pytest.mark.parametrize("kind", ["uvicorn", "h11"])
+def test_the_other_servers_serve_gemini(kind: str) -> None:
+    with ChaosServer(server=kind) as other, client(other) as c:
+        assert dump(c.models.generate_content(**call(TEXT))) == dump(expected(TEXT))
+        chunks = streamed(c, STREAM)
+        assert [dump(ch) for ch in chunks] == [dump(ch) for ch in recorded_chunks(STREAM)]
+        assert c.models.count_tokens(model="gemini-2.5-flash", contents="x" * 8).total_tokens == 2
+
+
+def test_a_raw_client_gets_a_streamed_json_array_without_alt_sse(server: ChaosServer) -> None:
+    body: dict[str, Any] = {
+        "contents": [
+            {"parts": [{"text": "Write a four-line poem about the sea."}], "role": "user"}
+        ],
+        "systemInstruction": {
+            "parts": [{"text": "You are a poet. Answer with the poem only."}],
+            "role": "user",
+        },
+    }
+    url = f"{server.url}/v1beta/models/gemini-2.0-flash:streamGenerateContent?key={KEY}"
+    with httpx.stream("POST", url, json=body, timeout=10) as response:
+        assert response.headers["content-type"].startswith("application/json")
+        raw = response.read()
+    recorded = [c["data"] for c in recording(STREAM)["response"]["chunks"]]
+    assert json.loads(raw) == [json.loads(d) for d in iter_data(recorded)]
+    [entry] = server.requests()
+    assert entry["match"] == "exact" and KEY not in json.dumps(entry)
