@@ -18,6 +18,7 @@ from chaosllm.config import (
     Mode,
     OnMiss,
     ServerConfig,
+    parse_rate_limit,
     parse_timing,
     proxy_dirs,
     secrets_from_env,
@@ -277,6 +278,13 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         metavar="NAME|FILE",
         help="arm a fault profile at start (shipped: " + ", ".join(list_profiles()) + ")",
+    )
+    serve.add_argument(
+        "--rate-limit",
+        metavar="rpm=N,tpm=M",
+        help="live rate limits: token buckets per API key and session, the provider's "
+        "rate-limit headers counting down on every answer, its 429 with the exact wait when "
+        "empty (either or both of rpm, tpm)",
     )
     serve.add_argument(
         "--control-token",
@@ -591,6 +599,11 @@ def _serve(args: argparse.Namespace) -> int:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
     try:
+        rate_limit = parse_rate_limit(args.rate_limit) if args.rate_limit is not None else None
+    except ConfigError as exc:
+        print(f"chaosllm: --rate-limit: {exc}", file=sys.stderr)
+        return 2
+    try:
         parse_allow_hosts(args.allow_host)
     except ConfigError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)
@@ -626,6 +639,7 @@ def _serve(args: argparse.Namespace) -> int:
         fault_history_size=args.fault_history_size,
         max_sessions=args.max_sessions,
         strict=args.strict,
+        rate_limit=rate_limit,
     )
     for d in config.recordings:
         if not Path(d).is_dir() and not (record_dir is not None and Path(d) == record_dir):
@@ -653,6 +667,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(
             f"chaosllm: armed profile {profile.name}: {len(profile.specs)} faults", file=sys.stderr
         )
+        if profile.rate_limit is not None and rate_limit is None:  # --rate-limit wins
+            state.set_rate_limit(profile.rate_limit)
 
     def listening(url: str) -> None:
         print(f"chaosllm listening on {url}", flush=True)

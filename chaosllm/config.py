@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from chaosllm.errors import ConfigError
 from chaosllm.paths import shipped_dir
@@ -19,8 +19,10 @@ __all__ = [
     "SECRETS_ENV",
     "Mode",
     "OnMiss",
+    "RateLimit",
     "ServerConfig",
     "Strategy",
+    "parse_rate_limit",
     "parse_timing",
     "proxy_dirs",
     "secrets_from_env",
@@ -104,6 +106,74 @@ def parse_timing(value: str | float) -> float:
     return scale
 
 
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """Live rate limits (``--rate-limit rpm=N,tpm=M``): requests and tokens per minute,
+    each a token bucket per API key and session (`chaosllm.core.ratelimit`); None: that
+    one is not limited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"rpm": self.rpm, "tpm": self.tpm}
+
+
+RATE_LIMIT_KEYS = ("rpm", "tpm")
+
+
+def _limit_value(key: str, value: Any, given: str) -> int:
+    if isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.isdigit() else None
+    if type(value) is not int or value <= 0:
+        raise ConfigError(
+            f"invalid rate limit {given!r}: {key} must be a whole number above 0 "
+            f"(e.g. rpm=60,tpm=40000)"
+        )
+    return value
+
+
+def parse_rate_limit(value: str | Mapping[str, Any] | RateLimit) -> RateLimit:
+    """``rpm=N,tpm=M`` (either or both), or ``{"rpm": N, "tpm": M}``, as a `RateLimit`;
+    `ConfigError` naming what is wrong: an unknown key, one given twice, a value that is
+    not a whole number above 0, neither given."""
+    if isinstance(value, RateLimit):
+        value = value.to_json()
+    found: dict[str, int] = {}
+    if isinstance(value, str):
+        given = value
+        for part in value.split(","):
+            key, sep, number = part.partition("=")
+            key = key.strip()
+            if not sep or key not in RATE_LIMIT_KEYS:
+                raise ConfigError(
+                    f"invalid rate limit {given!r}: {part.strip()!r} is not rpm=N or tpm=N "
+                    f"(e.g. rpm=60,tpm=40000)"
+                )
+            if key in found:
+                raise ConfigError(f"invalid rate limit {given!r}: {key} is given twice")
+            found[key] = _limit_value(key, number, given)
+    elif isinstance(value, Mapping):
+        given = str(dict(value))
+        for key, number in value.items():
+            if key not in RATE_LIMIT_KEYS:
+                raise ConfigError(
+                    f"invalid rate limit {given}: unknown key {key!r}; the keys are rpm and tpm"
+                )
+            if number is not None:
+                found[key] = _limit_value(key, number, given)
+    else:
+        raise ConfigError(
+            f'invalid rate limit {value!r}: give rpm=N,tpm=M or {{"rpm": N, "tpm": M}}'
+        )
+    if not found:
+        raise ConfigError(
+            f"invalid rate limit {given!r}: give rpm=N, tpm=M or both (e.g. rpm=60,tpm=40000)"
+        )
+    return RateLimit(rpm=found.get("rpm"), tpm=found.get("tpm"))
+
+
 @dataclass
 class ServerConfig:
     recordings: Sequence[Path] = field(default_factory=lambda: [shipped_dir("recordings")])
@@ -145,6 +215,8 @@ class ServerConfig:
     scenario_from_session: bool = False
     """A session names its scenario (`session_scenario`): what it records goes there, and
     it replays from there when that scenario is loaded (``--scenario-from-session``)."""
+    rate_limit: RateLimit | None = None
+    """Live rate limits (``--rate-limit rpm=N,tpm=M``); None: off."""
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

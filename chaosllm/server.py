@@ -31,11 +31,14 @@ from chaosllm.config import (
     DEFAULT_RECORD_SCENARIO,
     Mode,
     OnMiss,
+    RateLimit,
     ServerConfig,
+    parse_rate_limit,
     parse_timing,
     proxy_dirs,
     secrets_from_env,
 )
+from chaosllm.core.clock import Clock
 from chaosllm.core.verdict import Finding, Tolerances, findings
 from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
@@ -264,6 +267,8 @@ class ChaosServer:
         strict: bool = False,
         control_token: str | None = None,
         allow_hosts: Sequence[str] = (),
+        rate_limit: str | Mapping[str, Any] | RateLimit | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """`mode` record, record-missing or passthrough makes it a proxy in front of
         `upstream`; new recordings go to `record_dir` (default: the first of
@@ -277,7 +282,14 @@ class ChaosServer:
         neither applies to them. `server` is ``"builtin"`` (asyncio protocols and
         httptools, on uvloop where installed), ``"h11"`` (its pure-Python fallback) or
         ``"uvicorn"``; `max_connections` bounds the connections a builtin server holds
-        (``--max-connections``: when full, the oldest idle one is closed for a new one)."""
+        (``--max-connections``: when full, the oldest idle one is closed for a new one).
+        `rate_limit` sets live rate limits (``"rpm=60,tpm=40000"`` or ``{"rpm": 60}``, as
+        ``--rate-limit``; `set_rate_limit` changes them); `clock` is the engine's time (a
+        `chaosllm.core.clock.ManualClock` lets a test move it instead of sleeping)."""
+        try:
+            limit = parse_rate_limit(rate_limit) if rate_limit is not None else None
+        except ConfigError as exc:
+            raise ServerError(str(exc)) from None
         given: list[Path] | None
         if recordings is None:
             given = None
@@ -316,6 +328,7 @@ class ChaosServer:
             max_sessions=max_sessions,
             control_token=control_token,
             allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
+            rate_limit=limit,
         )
         try:
             parse_allow_hosts(self.config.allow_hosts)
@@ -325,11 +338,11 @@ class ChaosServer:
         self.host = host
         self._requested_port = port
         try:
-            self.state = ChaosState.from_config(self.config)
+            self.state = ChaosState.from_config(self.config, clock=clock)
         except ValueError as exc:
             raise ServerError(str(exc)) from None
         if profile is not None:
-            self.state.board.arm(load_profile(profile).specs)
+            self.arm_profile(profile)
         self.app = create_app(state=self.state)
         self.port: int | None = None
         self._thread: threading.Thread | None = None
@@ -493,7 +506,25 @@ class ChaosServer:
         return [f.id for f in self.state.board.arm(parse_fault_specs(data))]
 
     def arm_profile(self, name_or_path: str) -> list[str]:
-        return [f.id for f in self.state.board.arm(load_profile(name_or_path).specs)]
+        """Arm a profile's faults (their ids) and set its live rate limits, if it has any."""
+        loaded = load_profile(name_or_path)
+        if loaded.rate_limit is not None:
+            self.state.set_rate_limit(loaded.rate_limit)
+        return [f.id for f in self.state.board.arm(loaded.specs)]
+
+    def set_rate_limit(self, rate_limit: str | Mapping[str, Any] | RateLimit | None) -> None:
+        """Live rate limits from now on (``"rpm=60,tpm=40000"``, ``{"rpm": 60}``, a
+        `RateLimit`; every bucket full), or none (None), as ``POST``/``DELETE
+        /__ratelimit``; `ConfigError` for a bad one (nothing changes)."""
+        self.state.set_rate_limit(parse_rate_limit(rate_limit) if rate_limit is not None else None)
+
+    def rate_limits(self, session: str | None = None) -> dict[str, Any]:
+        """The live rate limit and the buckets kept (`session`'s only, when given), as
+        ``GET /__ratelimit`` answers."""
+        limiter = self.state.limiter
+        if limiter is None:
+            return {"rate_limit": None, "buckets": []}
+        return limiter.to_json(session)
 
     def disarm(self, fault_id: str | None = None) -> int:
         """Disarm one fault by id, or all of them; how many were disarmed."""

@@ -41,11 +41,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from chaosllm.config import Mode, OnMiss, ServerConfig, session_scenario
+from chaosllm.config import Mode, OnMiss, RateLimit, ServerConfig, session_scenario
 from chaosllm.core import mock_llm
 from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.journal import Journal, JournalEntry, answer_facts, ending_of, head_status
 from chaosllm.core.oracle import Refusal, Review, precheck, review, strict_refusal
+from chaosllm.core.ratelimit import (
+    Caller,
+    RateLimiter,
+    api_key,
+    completion_tokens,
+    key_id,
+    prompt_tokens,
+)
 from chaosllm.errors import InvalidRequest, NoMatch
 from chaosllm.faults import (
     FAULT_TYPES,
@@ -65,7 +73,8 @@ from chaosllm.model import (
     RecordedResponse,
     ResponsePlan,
 )
-from chaosllm.providers.base import ErrorKind, Provider, swap_strings
+from chaosllm.providers.base import JSON_HEADERS, ErrorKind, Provider, swap_strings
+from chaosllm.providers.ratelimits import RateLimitState, openai_duration
 from chaosllm.store.matching import Match, Matcher, Strategy
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
@@ -284,6 +293,15 @@ def _with_pieces(plan: ResponsePlan, pieces: tuple[Piece, ...]) -> ResponsePlan:
     return ResponsePlan(*values)
 
 
+def _with_live_headers(plan: ResponsePlan, live: Headers) -> ResponsePlan:
+    """`plan` with the live rate-limit headers instead of any recorded ones."""
+    if not live:
+        return plan
+    names = {name for name, _ in live}
+    kept = tuple(h for h in plan.headers if h[0].lower() not in names)
+    return plan.with_(headers=kept + live)
+
+
 def _rendered(provider: Provider, body: JSON, answer: JSON, path: str, digest: str) -> Exchange:
     return Exchange(
         provider=provider.name,
@@ -350,6 +368,10 @@ class Engine:
         """Per session (the most recently used last), how many provider requests it made
         since the last reset (``match.turn``); the newest `max_sessions` sessions."""
         self._turns_lock = threading.Lock()
+        self.limiter: RateLimiter | None = None
+        """The live rate limits (``--rate-limit``; `set_rate_limit`); None: off."""
+        if config.rate_limit is not None:
+            self.set_rate_limit(config.rate_limit)
 
     # -- the decision -----------------------------------------------------------------
 
@@ -443,6 +465,12 @@ class Engine:
         exchange = mock_llm.for_request(exchange, request.body)
         plan = provider.render(exchange, request.body, timing=self.config.timing)
         answer = exchange.response.body
+        limited = None
+        limiter = self.limiter
+        if limiter is not None:  # the live rate limit: before any fault or consuming
+            limited = self._take_rate(limiter, request.call, body=request.body, answer=answer)
+            if not limited.allowed:
+                return self._rate_limited(request.call, request.journal_fields(), limited)
         # Fresh ids only within a session: anonymous requests always get the recording.
         pieces = None
         if match is not None and match.serves and request.call.session is not None:
@@ -472,6 +500,8 @@ class Engine:
             request.fields["estimated"] = estimated
         if fired is None and status is not None and status >= 400:  # a recorded error
             request.fields.update(answer_facts(plan, False))
+        if limited is not None:
+            plan = _with_live_headers(plan, provider.rate_limit_headers(limited))
         if request.call.headers:  # the mock LLM's delay headers
             plan = mock_llm.delayed(plan, request.call.headers)
         entry = self.journal.add(**request.journal_fields(), status=status, ending=ending)
@@ -828,6 +858,23 @@ class Engine:
         headers: Headers = (("x-chaosllm-match", "upstream"),)
         if digest is not None:
             headers += (("x-chaosllm-digest", digest),)
+        limiter = self.limiter
+        if limiter is not None:  # the live rate limit: the prompt's tokens (the answer's
+            # are not known before it is asked for)
+            limited = self._take_rate(limiter, call, body=body, answer=None)
+            if not limited.allowed:
+                fields = {
+                    "session": call.session,
+                    "method": call.method,
+                    "path": call.path,
+                    "model": model,
+                    "stream": stream,
+                    "digest": digest,
+                    "match": "upstream",
+                    "miss": miss,
+                }
+                return self._rate_limited(call, fields, limited)
+            headers += provider.rate_limit_headers(limited)
         faultable = body is not None and len(self.board) > 0 and self.board.may_fire(info)
         drawn: tuple[FaultSpec, ...] = ()
         if faultable:
@@ -896,6 +943,71 @@ class Engine:
         fired.request_seq = entry.seq
         return Reply(plan.with_(headers=plan.headers + headers), entry, fired=fired), (), False
 
+    # -- live rate limits ------------------------------------------------------------
+
+    def set_rate_limit(self, limit: RateLimit | None) -> None:
+        """Live rate limits from now on (every bucket full), or none (None)."""
+        self.limiter = (
+            RateLimiter(limit, self.clock, max_buckets=self.config.max_sessions)
+            if limit is not None
+            else None
+        )
+
+    def _take_rate(
+        self, limiter: RateLimiter, call: ProviderCall, *, body: JSON, answer: JSON
+    ) -> RateLimitState:
+        """Charge the call's caller (its API key's id and session) for it: one request, its
+        prompt's tokens and `answer`'s completion tokens."""
+        key = api_key(call.headers, call.query)
+        caller: Caller = (key_id(key) if key is not None else None, call.session)
+        provider = call.provider
+        prompt = prompt_tokens(provider, body, call.body)
+        completion = completion_tokens(provider, answer, body) if answer is not None else 0
+        return limiter.take(caller, prompt, completion)
+
+    def _rate_limited(
+        self, call: ProviderCall, fields: dict[str, Any], state: RateLimitState
+    ) -> Reply:
+        """The provider's 429 for a caller whose buckets are empty, with ``Retry-After``
+        (whole seconds) and ``retry-after-ms`` saying the exact wait, and its live
+        headers."""
+        provider = call.provider
+        wait_ms = max(1, math.ceil(state.retry_after * 1000 - 1e-6))
+        meter = state.requests if state.exhausted == "requests" else state.tokens
+        assert meter is not None
+        what = "requests per min (RPM)"
+        if state.exhausted != "requests":
+            what = "tokens per min (TPM)"
+        model = fields.get("model")
+        message = (
+            f"Rate limit reached for {model if isinstance(model, str) else 'this model'} on "
+            f"{what}: Limit {meter.limit}, Remaining {meter.remaining}. Please try again in "
+            f"{openai_duration(wait_ms / 1000)}. (chaosllm --rate-limit)"
+        )
+        body = provider.error_body(429, message)
+        headers = (
+            JSON_HEADERS
+            + provider.error_headers(429)
+            + (
+                ("retry-after", str(math.ceil(wait_ms / 1000))),
+                ("retry-after-ms", str(wait_ms)),
+            )
+            + provider.rate_limit_headers(state)
+        )
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        plan = ResponsePlan(status=429, headers=headers, pieces=(Piece(data, frame=False),))
+        entry = self.journal.add(
+            **{
+                **fields,
+                **answer_facts(plan, False),
+                "status": 429,
+                "ending": "complete",
+                "error": "rate limited",
+                "rate_limited": True,
+            }
+        )
+        return Reply(plan, entry)
+
     # -- recordings and state ---------------------------------------------------------
 
     def recording_scenario(self, session: str | None) -> str:
@@ -927,6 +1039,8 @@ class Engine:
         self._reasks.clear()
         with self._turns_lock:
             self._turns.clear()
+        if self.limiter is not None:
+            self.limiter.clear()
 
     def _next_turn(self, session: str | None) -> int:
         """Count a provider request of `session`: its number since the last reset (from

@@ -139,6 +139,8 @@ class JournalRecord(NamedTuple):
     frames: int | None = None
     """How many SSE frames a faulted answer to a streaming request holds (what the client
     gets of it, unless it leaves first: the report's ``frames_sent`` says what was sent)."""
+    rate_limited: bool = False
+    """The live rate limit (``--rate-limit``) answered: the caller's buckets were empty."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -163,6 +165,7 @@ class JournalRecord(NamedTuple):
             "estimated": list(self.estimated),
             "retry_after": self.retry_after,
             "code": self.code,
+            "rate_limited": self.rate_limited,
         }
 
 

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from chaosllm.config import ServerConfig
 from chaosllm.core.engine import ProviderCall, Proxy, Reply
+from chaosllm.core.ratelimit import key_headers
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
 from chaosllm.http.gemini import gemini_routes
@@ -52,13 +53,16 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
     """The answer to a provider request: what the engine decides, handed to the wire."""
     state = chaos_state(request)
     scope = request.scope
+    headers = mock_llm_headers(request.headers.items())
+    if state.limiter is not None:  # the live rate limit's caller: the API key (hashed)
+        headers += key_headers(request.headers.items())
     call = ProviderCall(
         provider=provider,
         path=scope["path"],
         body=await request.body(),
         session=request.headers.get(SESSION_HEADER),
         method=scope["method"],
-        headers=mock_llm_headers(request.headers.items()),
+        headers=headers,
         query=scope.get("query_string", b""),
     )
     decision = state.handle(call)

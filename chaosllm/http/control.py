@@ -1,5 +1,5 @@
 """The control plane: everything under ``/__`` (faults, journal, recordings, scenario,
-findings, verdicts, unused recordings, workspace).
+findings, verdicts, unused recordings, workspace, live rate limits).
 
 Who may call it (`ControlGuard`, an ASGI middleware, so it holds under every server:
 ``--server builtin`` and ``--server uvicorn`` alike):
@@ -58,6 +58,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chaosllm.config import parse_rate_limit
 from chaosllm.core import verdict as verdicts
 from chaosllm.core.journal import JournalEntry
 from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
@@ -379,7 +380,7 @@ async def arm_profile(request: Request) -> Response:
         body = await json_body(request)
         if isinstance(body, dict) and isinstance(body.get("profile"), str):
             profile = _shipped_profile(body["profile"])
-        elif isinstance(body, dict) and "faults" in body:
+        elif isinstance(body, dict) and ("faults" in body or "rate_limit" in body):
             profile = parse_profile(body, "(request)")
         else:
             raise InvalidFaultSpec(
@@ -393,14 +394,45 @@ async def arm_profile(request: Request) -> Response:
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
     armed = state.board.arm(profile.specs)
+    if profile.rate_limit is not None:
+        state.set_rate_limit(profile.rate_limit)
     return JSONResponse(
         {
             "profile": profile.name,
             "ids": [f.id for f in armed],
             "faults": [f.to_json() for f in armed],
+            "rate_limit": profile.rate_limit.to_json() if profile.rate_limit else None,
         },
         status_code=201,
     )
+
+
+async def rate_limit(request: Request) -> Response:
+    """``POST /__ratelimit {"rpm": N, "tpm": M}``: live rate limits from now on (every
+    bucket full; a bad body is a 400 and changes nothing); ``GET``: the limit and the
+    buckets kept (``?session=`` filters), each caller by its key's salted hash;
+    ``DELETE``: no live limits."""
+    state = chaos_state(request)
+    if request.method == "GET":
+        limiter = state.limiter
+        if limiter is None:
+            return JSONResponse({"rate_limit": None, "buckets": []})
+        return JSONResponse(limiter.to_json(request.query_params.get("session")))
+    if request.method == "DELETE":
+        was_on = state.limiter is not None
+        state.set_rate_limit(None)
+        return JSONResponse({"rate_limit": None, "disabled": was_on})
+    try:
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise ConfigError('send a JSON object {"rpm": N, "tpm": M} (either or both)')
+        limit = parse_rate_limit(body)
+    except InvalidRequest as exc:
+        return openai_error(400, exc.message, code=exc.code)
+    except ConfigError as exc:
+        return openai_error(400, str(exc), code="invalid_rate_limit")
+    state.set_rate_limit(limit)
+    return JSONResponse({"rate_limit": limit.to_json()})
 
 
 class _SettleSlots:
@@ -625,6 +657,7 @@ def control_routes() -> list[BaseRoute]:
         Route("/__fault/{type}", arm_fault_type, methods=["POST"]),
         Route("/__fault/{id}", disarm_fault, methods=["DELETE"]),
         Route("/__profile", arm_profile, methods=["POST"]),
+        Route("/__ratelimit", rate_limit, methods=["GET", "POST", "DELETE"]),
         Route("/__requests", journal, methods=["GET", "DELETE"]),
         Route("/__recordings", list_recordings, methods=["GET"]),
         Route("/__reload", reload, methods=["POST"]),

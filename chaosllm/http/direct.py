@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from chaosllm.config import Mode
 from chaosllm.core.engine import ProviderCall, Reply
+from chaosllm.core.ratelimit import KEY_HEADERS
 from chaosllm.core.report import PlanReport
 from chaosllm.http.guards import internal_error
 from chaosllm.http.state import ChaosState
@@ -29,6 +30,7 @@ __all__ = ["SESSION_HEADER_BYTES", "DirectHandler"]
 
 SESSION_HEADER_BYTES = b"x-chaosllm-session"
 MOCK_LLM_PREFIX = b"x-mock-llm-"
+KEY_HEADER_BYTES = frozenset(name.encode("latin-1") for name in KEY_HEADERS)
 
 
 class DirectHandler:
@@ -55,11 +57,14 @@ class DirectHandler:
             return None
         session = None
         mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
+        keyed = state.limiter is not None  # the live rate limit's caller: the API key
         for name, value in headers:
             if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
                 if session is None:  # the first one, as the app reads it
                     session = value.decode("latin-1")
-            elif name[:11].lower() == MOCK_LLM_PREFIX:
+            elif name[:11].lower() == MOCK_LLM_PREFIX or (
+                keyed and name.lower() in KEY_HEADER_BYTES
+            ):
                 mocked.append((name.decode("latin-1").lower(), value.decode("latin-1")))
         call = ProviderCall(
             provider=provider,

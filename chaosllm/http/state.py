@@ -8,6 +8,7 @@ import logging
 import os
 
 from chaosllm.config import Mode, ServerConfig
+from chaosllm.core.clock import Clock
 from chaosllm.core.engine import Engine
 from chaosllm.errors import ConfigError
 from chaosllm.model import Exchange
@@ -31,8 +32,9 @@ class ChaosState(Engine):
     """Writes new recordings, in modes record and record-missing."""
 
     @classmethod
-    def from_config(cls, config: ServerConfig) -> ChaosState:
-        """The state of a server; ValueError for a bad upstream URL."""
+    def from_config(cls, config: ServerConfig, *, clock: Clock | None = None) -> ChaosState:
+        """The state of a server (on `clock`, default the machine's); ValueError for a bad
+        upstream URL."""
         redactor = Redactor(config.secrets)
         upstream = writer = None
         if config.mode is not Mode.REPLAY:
@@ -48,7 +50,7 @@ class ChaosState(Engine):
         store = RecordingStore.load(config.recordings)
         for error in store.errors:
             log.warning("skipped recording %s", error)
-        state = cls(config, store, redactor=redactor)
+        state = cls(config, store, redactor=redactor, clock=clock)
         state.upstream = upstream
         state.writer = writer
         return state

@@ -41,6 +41,7 @@ from chaosllm.model import JSON
 from chaosllm.providers import facts
 from chaosllm.providers.base import ErrorKind, Provider, text_pieces, type_name
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
+from chaosllm.providers.ratelimits import RateLimitState, rfc3339
 from chaosllm.providers.sse import event_frame, event_types, iter_events
 
 __all__ = ["AnthropicMessages", "iter_events", "sse_event"]
@@ -249,6 +250,24 @@ class AnthropicMessages(Provider):
         if kind == ErrorKind.NO_MATCH and code is not None:
             error["code"] = code
         return {"type": "error", "error": error}
+
+    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
+        """``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
+        remaining,reset}``, resets as RFC 3339 times."""
+        headers: list[tuple[str, str]] = []
+        for name, meter in (
+            ("requests", state.requests),
+            ("tokens", state.tokens),
+            ("input-tokens", state.input_tokens),
+            ("output-tokens", state.output_tokens),
+        ):
+            if meter is not None:
+                headers += [
+                    (f"anthropic-ratelimit-{name}-limit", str(meter.limit)),
+                    (f"anthropic-ratelimit-{name}-remaining", str(meter.remaining)),
+                    (f"anthropic-ratelimit-{name}-reset", rfc3339(state.wall + meter.reset)),
+                ]
+        return tuple(headers)
 
     def models_body(self, model_ids: Sequence[str]) -> JSON:
         """Anthropic's own list shape (what its SDK's ``models.list`` reads)."""

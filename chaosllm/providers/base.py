@@ -59,6 +59,7 @@ from chaosllm.model import (
 )
 from chaosllm.providers import facts, sse
 from chaosllm.providers.conversation import ConversationChecks, Finding
+from chaosllm.providers.ratelimits import RateLimitState
 
 __all__ = [
     "JSON_HEADERS",
@@ -368,6 +369,12 @@ class Provider(abc.ABC):
     def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
         """Headers every error answer of the protocol carries besides its content type
         (Bedrock's ``x-amzn-ErrorType``); none by default."""
+        return ()
+
+    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
+        """The live rate-limit headers every answer carries under ``--rate-limit``, as the
+        real API writes them (`chaosllm.providers.ratelimits`); none by default (Gemini,
+        Bedrock and Ollama send none)."""
         return ()
 
     def upstream_path(self, path: str) -> str:

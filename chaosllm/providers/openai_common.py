@@ -11,6 +11,7 @@ from typing import Any
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 from chaosllm.providers.base import ErrorKind, Provider, type_name
+from chaosllm.providers.ratelimits import RateLimitState, openai_duration
 
 __all__ = [
     "KIND_TYPES",
@@ -94,6 +95,19 @@ class OpenAIProvider(Provider):
         if kind is not None:
             return openai_envelope(message, KIND_TYPES.get(kind) or type_, code, param)
         return openai_envelope(message, type_, code or default_code, param)
+
+    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
+        """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``, resets as OpenAI
+        writes durations (``1s``, ``6m0s``)."""
+        headers: list[tuple[str, str]] = []
+        for name, meter in (("requests", state.requests), ("tokens", state.tokens)):
+            if meter is not None:
+                headers += [
+                    (f"x-ratelimit-limit-{name}", str(meter.limit)),
+                    (f"x-ratelimit-remaining-{name}", str(meter.remaining)),
+                    (f"x-ratelimit-reset-{name}", openai_duration(meter.reset)),
+                ]
+        return tuple(headers)
 
 
 def argument_pieces(arguments: str) -> list[str]:
