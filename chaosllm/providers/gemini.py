@@ -205,8 +205,13 @@ def _finishes(payload: Any) -> bool:
     )
 
 
+def _google_json(payload: JSON) -> str:
+    """JSON as Google's servers write it: a space after each colon, none after commas."""
+    return json.dumps(payload, separators=(",", ": "), ensure_ascii=False)
+
+
 def _sse_frame(payload: JSON) -> str:
-    return "data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + _FRAME_END
+    return "data: " + _google_json(payload) + _FRAME_END
 
 
 def _array_frames(payloads: Sequence[str]) -> list[str]:
@@ -439,10 +444,7 @@ class Gemini(Provider):
         assert chunks is not None
         if options.get("sse", True):
             return chunks
-        texts = [
-            json.dumps(p, separators=(",", ":"), ensure_ascii=False)
-            for p in _payloads([c.data for c in chunks])
-        ]
+        texts = [_google_json(p) for p in _payloads([c.data for c in chunks])]
         frames = _array_frames(texts)
         delays = [c.delay_ms for c in chunks] + [0.0] * (len(frames) - len(chunks))
         return tuple(RecordedChunk(f, d) for f, d in zip(frames, delays, strict=False))
@@ -454,9 +456,7 @@ class Gemini(Provider):
         payloads = _stream_payloads(answer)
         if sse:
             return [_sse_frame(p) for p in payloads]
-        return _array_frames(
-            [json.dumps(p, separators=(",", ":"), ensure_ascii=False) for p in payloads]
-        )
+        return _array_frames([_google_json(p) for p in payloads])
 
     def envelope(
         self, status: int, message: str, kind: str | None, code: str | None, param: str | None
