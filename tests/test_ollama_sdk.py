@@ -190,10 +190,16 @@ def test_http_errors_raise_response_error_without_retrying(
     assert len(server.requests()) == 1  # the client never retries
 
 
-def test_http_error_404_is_a_response_error(sdk: ollama.Client, server: ChaosServer) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_http_error_404_is_a_response_error(
+    sdk: ollama.Client, server: ChaosServer, stream: bool
+) -> None:
     server.arm("http_error", status=404, message='model "llama3.2" not found, try pulling it first')
     with pytest.raises(ollama.ResponseError) as info:
-        sdk.chat(**request(TEXT))
+        if stream:
+            chat_parts(sdk, STREAM)
+        else:
+            sdk.chat(**request(TEXT))
     assert info.value.status_code == 404
     assert info.value.error == 'model "llama3.2" not found, try pulling it first'
 
@@ -286,6 +292,12 @@ def test_stall_needs_a_client_timeout(server: ChaosServer) -> None:
             for part in c.chat(**request(STREAM), stream=True):
                 got.append(part)
         assert len(got) == 2
+    # Without a timeout (the client's default) it waits for the server to give up.
+    server.arm("stall", max_ms=300)
+    started = time.monotonic()
+    with client(server, timeout=None) as c, pytest.raises(httpx.RemoteProtocolError):
+        c.chat(**request(TEXT))
+    assert time.monotonic() - started >= 0.3 - 0.02
 
 
 def test_latency_and_slow_stream_only_delay(sdk: ollama.Client, server: ChaosServer) -> None:
