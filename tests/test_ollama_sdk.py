@@ -22,7 +22,7 @@ from ollama import ChatResponse, GenerateResponse
 
 from chaosllm import ChaosServer
 from chaosllm.providers.ollama import OllamaChat
-from tests.helpers import all_recordings, recording
+from tests.helpers import all_recordings, recording, serving
 
 CHAT_NAMES = all_recordings("ollama.chat")
 GENERATE_NAMES = all_recordings("ollama.generate")
@@ -34,6 +34,10 @@ GENERATE = "ollama-generate/0001"
 
 def client(server: ChaosServer, **options: Any) -> ollama.Client:
     return ollama.Client(host=server.url, **{"timeout": 10, **options})
+
+
+def client_at(url: str) -> ollama.Client:
+    return ollama.Client(host=url, timeout=10)
 
 
 @pytest.fixture
@@ -409,6 +413,17 @@ def test_record_then_replay(tmp_path: Path, upstream: str) -> None:
         assert "".join(p.message.content or "" for p in c.chat(**other, stream=True)) == (
             "Hello from the upstream."
         )
+
+
+def test_chaosllm_serve_records_then_replays(tmp_path: Path, upstream: str) -> None:
+    question = {"model": "llama3.2", "messages": [{"role": "user", "content": "Say hello."}]}
+    args = ("--mode", "record", "--upstream", upstream, "--record-dir", str(tmp_path))
+    with serving(*args) as (url, _), client_at(url) as c:
+        live = list(c.chat(**question, stream=True))
+    [written] = tmp_path.rglob("*.json")
+    assert json.loads(written.read_text())["request"]["path"] == "/api/chat"
+    with serving("--recordings", str(tmp_path)) as (url, _), client_at(url) as c:
+        assert list(c.chat(**question, stream=True)) == live
 
 
 def test_the_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
