@@ -39,7 +39,15 @@ from typing import Any
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 from chaosllm.providers import facts
-from chaosllm.providers.base import ErrorKind, Provider, text_pieces, type_name
+from chaosllm.providers.base import (
+    ErrorKind,
+    Failure,
+    Provider,
+    estimated_tokens,
+    filtered_text,
+    text_pieces,
+    type_name,
+)
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
 from chaosllm.providers.ratelimits import RateLimitState, rfc3339
 from chaosllm.providers.sse import event_frame, event_types, iter_events
@@ -67,6 +75,13 @@ _KIND_TYPES: Mapping[str, str] = {
 }
 
 sse_event = event_frame
+
+CONTEXT_WINDOW = 200_000
+"""The context window "prompt is too long" states (Claude's)."""
+_FAILURE_STATUSES: Mapping[Failure, int] = {
+    Failure.QUOTA_EXHAUSTED: 400,  # "credit balance is too low": invalid_request_error
+    Failure.OVERLOADED: 529,
+}
 """One frame: ``event: <type>`` and the compact JSON payload (`sse.event_frame`)."""
 
 
@@ -361,6 +376,43 @@ class AnthropicMessages(Provider):
         if broken is not None:
             broken["stop_reason"] = "max_tokens"
         return broken
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_status(self, failure: Failure) -> int:
+        """529 for an overload; a spent credit balance is a 400."""
+        return _FAILURE_STATUSES.get(failure) or super().failure_status(failure)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.CONTEXT_TOO_LONG:
+            tokens = CONTEXT_WINDOW + estimated_tokens(request)
+            return f"prompt is too long: {tokens} tokens > {CONTEXT_WINDOW} maximum"
+        if failure is Failure.QUOTA_EXHAUSTED:
+            return (
+                "Your credit balance is too low to access the Anthropic API. Please go to "
+                "Plans & Billing to upgrade or purchase credits."
+            )
+        if failure is Failure.KEY_REFUSED:
+            return "invalid x-api-key"
+        if failure is Failure.NO_SUCH_MODEL:
+            return f"model: {self.model_of(request)}"
+        return "Overloaded"
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """``stop_reason: "refusal"``: the text blocks cut (`filtered_text`), no tool use."""
+        if not self.is_answer(answer):
+            return None
+        assert isinstance(answer, dict)
+        filtered = copy.deepcopy(answer)
+        blocks = []
+        for block in filtered.get("content") or []:
+            if not isinstance(block, dict) or block.get("type") in _CALLS:
+                continue
+            if isinstance(block.get("text"), str):
+                block["text"] = filtered_text(block["text"])
+            blocks.append(block)
+        filtered.update(content=blocks, stop_reason="refusal", stop_sequence=None)
+        return filtered
 
     # -- fallback ---------------------------------------------------------------
 

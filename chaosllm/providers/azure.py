@@ -38,6 +38,7 @@ from urllib.parse import parse_qs
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
+from chaosllm.providers.base import Failure
 from chaosllm.providers.openai_chat import OpenAIChat, data_chunks
 from chaosllm.providers.openai_common import OpenAIProvider
 from chaosllm.providers.openai_responses import OpenAIResponses
@@ -60,6 +61,31 @@ AZURE_ERROR_CODES: Mapping[int, str] = {
 
 _FILTERS = "content_filter_results"
 _PROMPT_FILTERS = "prompt_filter_results"
+_CATEGORIES = ("hate", "self_harm", "sexual", "violence")
+"""The content filter's categories (each choice's results name all four)."""
+_FILTERED_CATEGORY = "violence"
+"""The category a filtered answer is marked as filtered by."""
+
+_FAILURES: Mapping[Failure, tuple[str | None, str | None]] = {
+    Failure.QUOTA_EXHAUSTED: (None, None),
+    Failure.KEY_REFUSED: (
+        "401",
+        "Access denied due to invalid subscription key or wrong API endpoint. Make sure to "
+        "provide a valid key for an active subscription and use a correct regional API "
+        "endpoint for your resource.",
+    ),
+    Failure.NO_SUCH_MODEL: (
+        "DeploymentNotFound",
+        "The API deployment for this resource does not exist. If you created the deployment "
+        "within the last 5 minutes, please wait a moment and try again.",
+    ),
+    Failure.OVERLOADED: (
+        "ServiceUnavailable",
+        "The service is temporarily unable to process your request. Please try again later.",
+    ),
+}
+"""Azure's ``code`` and message of each failure class it answers in its own envelope
+(None: OpenAI's; a request too long is OpenAI's 400, passed on)."""
 
 
 class _Azure(OpenAIProvider):
@@ -91,6 +117,21 @@ class _Azure(OpenAIProvider):
                 "message": message,
             }
         }
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        _, message = _FAILURES.get(failure, (None, None))
+        return message or super().failure_message(failure, request)
+
+    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+        """Azure's envelope (``{"error": {"code", "message"}}``), OpenAI's for a 400."""
+        body = super().failure_body(failure, message, status=status)
+        if failure not in _FAILURES:
+            return body
+        code, _ = _FAILURES[failure]
+        error = body.get("error") if isinstance(body, dict) else None
+        openai_code = error.get("code") if isinstance(error, dict) else None
+        return {"error": {"code": code or openai_code, "message": message}}
+
 
 class AzureChat(_Azure, OpenAIChat):
     """The `azure.chat` provider: Chat Completions on Azure, with content filtering."""
@@ -157,6 +198,22 @@ class AzureChat(_Azure, OpenAIChat):
         if prompt is not None:
             completion[_PROMPT_FILTERS] = prompt
         return completion
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """OpenAI's cut answer, each choice's filter results marking it filtered (a
+        category ``filtered: true``, severity ``high``)."""
+        filtered = super().filtered_answer(answer)
+        if not isinstance(filtered, dict):
+            return filtered
+        for choice in filtered.get("choices") or []:
+            if isinstance(choice, dict):
+                results = choice.get(_FILTERS)
+                results = dict(results) if isinstance(results, dict) else {}
+                for category in _CATEGORIES:
+                    results.setdefault(category, {"filtered": False, "severity": "safe"})
+                results[_FILTERED_CATEGORY] = {"filtered": True, "severity": "high"}
+                choice[_FILTERS] = results
+        return filtered
 
     def frame_finishes(self, frame: str) -> bool:
         """The prompt's filter frame (``choices: []``) starts a stream: it finishes

@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import abc
 import copy
+import enum
 import hashlib
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
@@ -62,13 +63,18 @@ from chaosllm.providers.conversation import ConversationChecks, Finding
 from chaosllm.providers.ratelimits import RateLimitState
 
 __all__ = [
+    "FAILURE_STATUSES",
     "JSON_HEADERS",
     "ErrorKind",
+    "Failure",
+    "FailureReply",
     "FrameSplitting",
     "Provider",
     "RenderCache",
     "canonical_json",
     "cut_json",
+    "estimated_tokens",
+    "filtered_text",
     "sha256_digest",
     "swap_strings",
     "text_pieces",
@@ -103,6 +109,13 @@ def cut_json(text: str) -> str:
     except json.JSONDecodeError:
         return cut
     return cut + '{"'
+
+
+def filtered_text(text: str) -> str:
+    """What a content filter lets through of a text: its first half, in whole words (the
+    text streamed before the filter stopped it; empty for a text of one word)."""
+    pieces = text_pieces(text)
+    return "".join(pieces[: len(pieces) // 2])
 
 
 def type_name(value: object, *, array: str = "an array") -> str:
@@ -158,6 +171,61 @@ class ErrorKind:
     NOT_FOUND = "not_found"
     NO_MATCH = "no_match"
     SERVER_ERROR = "server_error"
+
+
+class Failure(enum.Enum):
+    """The named failure classes a real API answers with, by what they mean (the hook
+    vocabulary of the failure-class faults of `chaosllm.faults`): each protocol words
+    them in its own shape (`Provider.failure`)."""
+
+    CONTEXT_TOO_LONG = enum.auto()
+    """The request is longer than the model's context window."""
+    QUOTA_EXHAUSTED = enum.auto()
+    """The account's quota or credit is spent: no retry helps until someone pays."""
+    KEY_REFUSED = enum.auto()
+    """The API key (or credentials) is not valid."""
+    NO_SUCH_MODEL = enum.auto()
+    """The model asked for does not exist (or the caller has no access to it)."""
+    OVERLOADED = enum.auto()
+    """The service is overloaded for now: a retry later cures it."""
+
+
+FAILURE_STATUSES: Final[Mapping[Failure, int]] = MappingProxyType(
+    {
+        Failure.CONTEXT_TOO_LONG: 400,
+        Failure.QUOTA_EXHAUSTED: 429,
+        Failure.KEY_REFUSED: 401,
+        Failure.NO_SUCH_MODEL: 404,
+        Failure.OVERLOADED: 503,
+    }
+)
+"""The HTTP status of each failure class where a protocol says nothing else."""
+
+_FAILURE_MESSAGES: Final[Mapping[Failure, str]] = MappingProxyType(
+    {
+        Failure.CONTEXT_TOO_LONG: "The input is longer than the model's context window.",
+        Failure.QUOTA_EXHAUSTED: "You exceeded your current quota, please check your plan and "
+        "billing details.",
+        Failure.KEY_REFUSED: "Incorrect API key provided.",
+        Failure.NO_SUCH_MODEL: "The model {model} does not exist.",
+        Failure.OVERLOADED: "The server is overloaded. Please try again later.",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureReply:
+    """How a protocol answers a failure class: the status, the error body and the headers
+    besides the content type (`Provider.failure`)."""
+
+    status: int
+    body: JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def estimated_tokens(request: JSON) -> int:
+    """About four characters a token of a request (what a failure's message counts)."""
+    return max(1, -(-len(canonical_json(request)) // 4))
 
 
 RENDER_CACHE_RESPONSES: Final = 4096
@@ -610,14 +678,44 @@ class Provider(abc.ABC):
             call[self.arguments_key] = cut_json(text)
         return broken if calls else None
 
-    def break_argument_deltas(
-        self, frame: bytes, cut: Callable[[object, str], str]
-    ) -> bytes | None:
-        """A stream frame with the text of each tool-call argument delta it carries replaced
-        by ``cut(key, text)`` (`key` names the call: the same for every delta of one call),
-        what ``malformed_tool_args`` does to a live stream (`chaosllm.faults.live`); the
-        frame itself when nothing changed. None (the default): this protocol's argument
-        deltas cannot be broken one frame at a time (the answer is then read whole)."""
+    # -- the named failure classes (`Failure`) ----------------------------------------
+
+    def failure(self, failure: Failure, request: JSON, message: str | None = None) -> FailureReply:
+        """The answer of a failure class to `request` in the protocol's shape: by default
+        `error_body` for `failure_status`, worded by `failure_message` (or `message`), its
+        body from `failure_body` and its headers from `failure_headers`."""
+        status = self.failure_status(failure)
+        text = message if message is not None else self.failure_message(failure, request)
+        body = self.failure_body(failure, text, status=status)
+        return FailureReply(status, body, self.failure_headers(failure, status))
+
+    def failure_status(self, failure: Failure) -> int:
+        """The HTTP status of a failure class (`FAILURE_STATUSES` by default)."""
+        return FAILURE_STATUSES[failure]
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        """The message a failure class carries, as the real API words it for `request`."""
+        model = self.model_of(request)
+        return _FAILURE_MESSAGES[failure].format(model=model if isinstance(model, str) else "")
+
+    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+        """The error body of a failure class: the protocol's error for its status."""
+        return self.error_answer(message, status=status)
+
+    def failure_headers(self, failure: Failure, status: int) -> tuple[tuple[str, str], ...]:
+        """The headers of a failure class's answer (`error_headers` by default)."""
+        return self.error_headers(status)
+
+    def failure_frame(self, failure: Failure, request: JSON, message: str | None = None) -> bytes:
+        """A failure class inside a stream that already began (an overload mid-answer):
+        `stream_error_frame` of its status by default."""
+        text = message if message is not None else self.failure_message(failure, request)
+        return self.stream_error_frame(text, status=self.failure_status(failure))
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """The answer as the protocol's content filter cuts it: the text before the filter
+        stopped it (`filtered_text`), no tool calls, the finish reason saying why. None
+        (the default): the answer is not one this protocol can filter."""
         return None
 
     # -- what fault matching reads (``match.contains``, ``match.tool``) -----------------

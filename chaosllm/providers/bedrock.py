@@ -44,7 +44,8 @@ from urllib.parse import quote
 from chaosllm.errors import EventStreamError, InvalidRequest
 from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers import eventstream as es
-from chaosllm.providers.base import ErrorKind, Provider, text_pieces
+from chaosllm.providers import facts
+from chaosllm.providers.base import ErrorKind, Failure, Provider, filtered_text, text_pieces
 from chaosllm.providers.conversation import (
     ConversationChecks,
     Finding,
@@ -81,6 +82,21 @@ _STREAM_EXCEPTIONS: Final[Mapping[int, str]] = {
 """The ``:exception-type`` of a mid-stream error by status (any other:
 ``modelStreamErrorException``, the stream's own failure)."""
 _ROLES: Final = ("user", "assistant")
+_FAILURE_MESSAGES: Final[Mapping[Failure, str]] = {
+    Failure.CONTEXT_TOO_LONG: "Input is too long for requested model.",
+    Failure.QUOTA_EXHAUSTED: "Too many tokens per day, please wait before trying again.",
+    Failure.KEY_REFUSED: "The security token included in the request is invalid.",
+    Failure.NO_SUCH_MODEL: "Could not resolve the foundation model from the provided model "
+    "identifier.",
+    Failure.OVERLOADED: "Bedrock is unable to process your request.",
+}
+"""AWS's words for the failure classes (a spent daily token quota is Converse's
+``ThrottlingException``, the 429 its service model lists)."""
+_KEY_REFUSED_TYPE: Final = (
+    "UnrecognizedClientException:http://internal.amazon.com/coral/com.amazon.coral.service/"
+)
+"""``x-amzn-ErrorType`` of credentials AWS does not know (a 403 of AWS's front door, not
+of Bedrock's service model)."""
 _FINISHING: Final = frozenset({"messageStop", "metadata"})
 
 
@@ -416,6 +432,68 @@ class BedrockConverse(Provider):
         """The cut inputs, and the stop reason of an answer cut off by the token limit."""
         broken = super().break_tool_arguments(body)
         return None if broken is None else {**broken, "stopReason": "max_tokens"}
+
+    # -- what fault matching reads (``match.contains``, ``match.tool``) ---------------
+
+    def last_user_text(self, body: JSON) -> str | None:
+        """The ``text`` blocks of the last user message that has any."""
+        messages = body.get("messages") if isinstance(body, dict) else None
+        for message in reversed(messages if isinstance(messages, list) else []):
+            if not isinstance(message, dict) or message.get("role") != "user":
+                continue
+            content = message.get("content")
+            texts = [
+                block["text"]
+                for block in (content if isinstance(content, list) else ())
+                if isinstance(block, dict) and isinstance(block.get("text"), str)
+            ]
+            if texts:
+                return "\n".join(texts)
+        return None
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        """The ``toolSpec`` names of ``toolConfig.tools``."""
+        config = body.get("toolConfig") if isinstance(body, dict) else None
+        tools = config.get("tools") if isinstance(config, dict) else None
+        return facts.tool_names(
+            [t.get("toolSpec") for t in tools if isinstance(t, dict)]
+            if isinstance(tools, list)
+            else None
+        )
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_status(self, failure: Failure) -> int:
+        """Credentials AWS does not know are a 403."""
+        return 403 if failure is Failure.KEY_REFUSED else super().failure_status(failure)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        return _FAILURE_MESSAGES[failure]
+
+    def failure_headers(self, failure: Failure, status: int) -> tuple[tuple[str, str], ...]:
+        if failure is Failure.KEY_REFUSED:
+            return (("x-amzn-errortype", _KEY_REFUSED_TYPE),)
+        return super().failure_headers(failure, status)
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """``stopReason: "content_filtered"``: the text blocks cut (`filtered_text`), no
+        tool use."""
+        if not self.is_answer(answer):
+            return None
+        filtered = copy.deepcopy(answer)
+        assert isinstance(filtered, dict)
+        message = filtered["output"].get("message")
+        if isinstance(message, dict):
+            blocks = []
+            for block in message.get("content") or []:
+                if not isinstance(block, dict) or "toolUse" in block:
+                    continue
+                if isinstance(block.get("text"), str):
+                    block["text"] = filtered_text(block["text"])
+                blocks.append(block)
+            message["content"] = blocks
+        filtered["stopReason"] = "content_filtered"
+        return filtered
 
     # -- fallback ---------------------------------------------------------------
 

@@ -54,8 +54,16 @@ from urllib.parse import parse_qs
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse
-from chaosllm.providers import sse
-from chaosllm.providers.base import Provider, cut_json, text_pieces, type_name
+from chaosllm.providers import facts, sse
+from chaosllm.providers.base import (
+    Failure,
+    Provider,
+    cut_json,
+    estimated_tokens,
+    filtered_text,
+    text_pieces,
+    type_name,
+)
 from chaosllm.providers.conversation import (
     ConversationChecks,
     Finding,
@@ -140,6 +148,20 @@ _STATUSES: Mapping[int, str] = {
 }
 _PIECE_WORDS = 4
 """Words per streamed text chunk (Gemini streams a few words to a sentence at a time)."""
+CONTEXT_WINDOW: Final = 1_048_576
+"""The input token limit the "input token count exceeds" message states (Gemini 2.5's)."""
+_HARM_CATEGORIES: Final = (
+    "HARM_CATEGORY_SEXUALLY_EXPLICIT",
+    "HARM_CATEGORY_HATE_SPEECH",
+    "HARM_CATEGORY_HARASSMENT",
+    "HARM_CATEGORY_DANGEROUS_CONTENT",
+)
+_BLOCKED_CATEGORY: Final = "HARM_CATEGORY_DANGEROUS_CONTENT"
+"""The category a filtered answer is blocked by."""
+_HOSTED_TOOLS: Final = frozenset(
+    {"googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext", "google_search"}
+)
+"""Tools of a request that Google runs (``match.tool`` names them by their key)."""
 
 
 def rpc_status(status: int) -> str:
@@ -559,6 +581,140 @@ class Gemini(Provider):
             for part in (content or {}).get("parts") or []:
                 if isinstance(part, dict) and isinstance(part.get("functionCall"), dict):
                     yield part["functionCall"]
+
+    # -- what fault matching reads (``match.contains``, ``match.tool``) ---------------
+
+    def last_user_text(self, body: JSON) -> str | None:
+        """The text parts (thoughts aside) of the last user content that has any."""
+        for _, content in reversed(_contents(body)):
+            if content.get("role", "user") != "user":
+                continue
+            parts = content.get("parts")
+            texts = [
+                part["text"]
+                for part in (parts if isinstance(parts, list) else ())
+                if isinstance(part, dict)
+                and isinstance(part.get("text"), str)
+                and not part.get("thought")
+            ]
+            if texts:
+                return "\n".join(texts)
+        return None
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        """The names of the ``functionDeclarations`` of each tool, and the key of each tool
+        Google runs (``googleSearch``, ``codeExecution``...)."""
+        tools = body.get("tools") if isinstance(body, dict) else None
+        names: set[str] = set()
+        for tool in tools if isinstance(tools, list) else ():
+            if not isinstance(tool, dict):
+                continue
+            for key in ("functionDeclarations", "function_declarations"):
+                names |= facts.tool_names(tool.get(key))
+            names |= {key for key in tool if key in _HOSTED_TOOLS}
+        return frozenset(names)
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_status(self, failure: Failure) -> int:
+        """A key Google refuses is a 400 ``INVALID_ARGUMENT``, not a 401."""
+        return 400 if failure is Failure.KEY_REFUSED else super().failure_status(failure)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.CONTEXT_TOO_LONG:
+            tokens = CONTEXT_WINDOW + estimated_tokens(request)
+            return (
+                f"The input token count ({tokens}) exceeds the maximum number of tokens "
+                f"allowed ({CONTEXT_WINDOW})."
+            )
+        if failure is Failure.QUOTA_EXHAUSTED:
+            return (
+                "You exceeded your current quota, please check your plan and billing details. "
+                "For more information on this error, head to: "
+                "https://ai.google.dev/gemini-api/docs/rate-limits."
+            )
+        if failure is Failure.KEY_REFUSED:
+            return "API key not valid. Please pass a valid API key."
+        if failure is Failure.NO_SUCH_MODEL:
+            return (
+                f"models/{self.model_of(request)} is not found for API version v1beta, or is "
+                f"not supported for generateContent. Call ListModels to see the list of "
+                f"available models and their supported methods."
+            )
+        return "The model is overloaded. Please try again later."
+
+    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+        """Google's envelope, with the ``details`` Google sends: ``ErrorInfo``
+        ``API_KEY_INVALID`` for a refused key, ``QuotaFailure`` and ``Help`` for a spent
+        quota."""
+        body = self.error_body(status, message)
+        details: list[dict[str, Any]] = []
+        if failure is Failure.KEY_REFUSED:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                    "metadata": {"service": "generativelanguage.googleapis.com"},
+                }
+            )
+        elif failure is Failure.QUOTA_EXHAUSTED:
+            details += [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [
+                        {
+                            "quotaMetric": "generativelanguage.googleapis.com/"
+                            "generate_content_paid_tier_input_token_count",
+                            "quotaId": "GenerateContentPaidTierInputTokensPerModelPerDay",
+                        }
+                    ],
+                },
+                {
+                    "@type": "type.googleapis.com/google.rpc.Help",
+                    "links": [
+                        {
+                            "description": "Learn more about Gemini API quotas",
+                            "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+                        }
+                    ],
+                },
+            ]
+        if details:
+            body["error"]["details"] = details
+        return body
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """``finishReason: "SAFETY"`` with the safety ratings saying which category blocked
+        it; each candidate's text cut (`filtered_text`), no function calls."""
+        if not self.is_answer(answer):
+            return None
+        assert isinstance(answer, dict)
+        filtered = copy.deepcopy(answer)
+        for candidate in filtered.get("candidates") or []:
+            if not isinstance(candidate, dict):
+                continue
+            content = candidate.get("content")
+            if isinstance(content, dict):
+                parts = []
+                for part in content.get("parts") or []:
+                    if not isinstance(part, dict) or "functionCall" in part:
+                        continue
+                    if isinstance(part.get("text"), str):
+                        part["text"] = filtered_text(part["text"])
+                        if not part["text"]:
+                            continue
+                    parts.append(part)
+                content["parts"] = parts
+            candidate.pop("finishMessage", None)
+            candidate["finishReason"] = "SAFETY"
+            candidate["safetyRatings"] = [
+                {"category": category, "probability": "HIGH", "blocked": True}
+                if category == _BLOCKED_CATEGORY
+                else {"category": category, "probability": "NEGLIGIBLE"}
+                for category in _HARM_CATEGORIES
+            ]
+        return filtered
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
         """``finishReason: MALFORMED_FUNCTION_CALL``, the call's arguments cut into invalid

@@ -51,8 +51,15 @@ from typing import Any, Final
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
-from chaosllm.providers import ndjson
-from chaosllm.providers.base import FrameSplitting, Provider, text_pieces, type_name
+from chaosllm.providers import facts, ndjson
+from chaosllm.providers.base import (
+    Failure,
+    FrameSplitting,
+    Provider,
+    filtered_text,
+    text_pieces,
+    type_name,
+)
 from chaosllm.providers.conversation import ConversationChecks, Finding, validate_conversation
 from chaosllm.providers.embeddings import FALLBACK_DIMENSIONS, MAX_DIMENSIONS, embed
 
@@ -100,6 +107,17 @@ _COUNTERS: Final = (
 )
 _CHAT_MESSAGE_KEYS: Final = frozenset({"role", "content", "images", "tool_calls", "tool_name"})
 _PARSE_FAILURE: Final = "unexpected end of JSON input"
+_FAILURE_MESSAGES: Final[Mapping[Failure, str]] = {
+    Failure.CONTEXT_TOO_LONG: "the input length exceeds the context length",
+    Failure.QUOTA_EXHAUSTED: "you have reached your usage limit, upgrade for higher limits: "
+    "https://ollama.com/upgrade",
+    Failure.KEY_REFUSED: "unauthorized",
+    Failure.OVERLOADED: "Server overloaded, please retry shortly",
+}
+"""Ollama's words for the failure classes (a model it does not have: `not_found_message`).
+A local Ollama truncates a prompt longer than its context silently; chaosllm answers the
+400 Ollama gives when told not to truncate. The quota, key and overload errors are
+Ollama Cloud's (a local server has none of them)."""
 
 
 def model_name(model: Any) -> Any:
@@ -369,6 +387,34 @@ class OllamaProvider(Provider):
     def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
         return iter(())
 
+    def last_user_text(self, body: JSON) -> str | None:
+        """The prompt (generate)."""
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        return prompt if isinstance(prompt, str) else None
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.NO_SUCH_MODEL:
+            return not_found_message(str(self.model_of(request)))
+        return _FAILURE_MESSAGES[failure]
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """Ollama has no content filter: chaosllm cuts the text (`filtered_text`), drops the
+        tool calls and ends with ``done_reason: "stop"`` (what a model that stops itself
+        answers)."""
+        if not self.is_answer(answer):
+            return None
+        assert isinstance(answer, dict)
+        filtered = copy.deepcopy(answer)
+        holder = filtered.get("message") if self.text_key == "content" else filtered
+        if isinstance(holder, dict):
+            text = holder.get(self.text_key)
+            holder[self.text_key] = filtered_text(text) if isinstance(text, str) else ""
+            holder.pop("tool_calls", None)
+        filtered["done_reason"] = "stop"
+        return filtered
+
     def fallback(self, body: JSON, digest: str) -> JSON:
         model = body.get("model", "") if isinstance(body, dict) else ""
         return {
@@ -437,6 +483,7 @@ class OllamaChat(OllamaProvider):
     name = "ollama.chat"
     paths = (CHAT_PATH,)
     conversation = OLLAMA_CHAT_CHECKS
+    text_key = "content"
 
     def validate(self, body: JSON) -> None:
         body = _request_object(body, "ChatRequest")
@@ -547,6 +594,13 @@ class OllamaChat(OllamaProvider):
         for call in (message.get("tool_calls") if isinstance(message, dict) else None) or []:
             if isinstance(call, dict):
                 yield call.setdefault("function", {})
+
+    def last_user_text(self, body: JSON) -> str | None:
+        messages = body.get("messages") if isinstance(body, dict) else None
+        return facts.last_user_text(messages, frozenset())
+
+    def tool_names(self, body: JSON) -> frozenset[str]:
+        return facts.tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
 
     def fallback(self, body: JSON, digest: str) -> JSON:
         answer = dict(super().fallback(body, digest))

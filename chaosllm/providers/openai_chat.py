@@ -32,15 +32,16 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse
 from chaosllm.providers import facts
-from chaosllm.providers.base import canonical_json, text_pieces
+from chaosllm.providers.base import Failure, canonical_json, filtered_text, text_pieces
 from chaosllm.providers.conversation import CHAT_CHECKS
 from chaosllm.providers.openai_common import (
+    CONTENT_FILTER,
     OpenAIProvider,
     argument_pieces,
     expect,
@@ -400,31 +401,6 @@ class OpenAIChat(OpenAIProvider):
 
     # -- what faults need -------------------------------------------------------
 
-    def break_argument_deltas(
-        self, frame: bytes, cut: Callable[[object, str], str]
-    ) -> bytes | None:
-        """A chunk's ``delta.tool_calls[].function.arguments``, each replaced by
-        ``cut((choice index, call index), text)``; a changed chunk is written again as one
-        ``data:`` frame."""
-        if not frame:
-            return frame
-        chunks = list(_data_chunks([frame.decode("utf-8", "replace")]))
-        if len(chunks) != 1 or chunks[0] is None:
-            return frame
-        chunk, changed = chunks[0], False
-        for i, choice in enumerate(chunk.get("choices") or ()):
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            calls = delta.get("tool_calls") if isinstance(delta, dict) else None
-            for k, call in enumerate(calls if isinstance(calls, list) else ()):
-                function = call.get("function") if isinstance(call, dict) else None
-                text = function.get("arguments") if isinstance(function, dict) else None
-                if isinstance(text, str):
-                    assert isinstance(function, dict)
-                    new = cut((choice.get("index", i), call.get("index", k)), text)
-                    if new != text:
-                        function["arguments"], changed = new, True
-        return data_frame(chunk).encode("utf-8") if changed else frame
-
     def frame_finishes(self, frame: str) -> bool:
         """A finish chunk, the usage chunk, [DONE] or an error."""
         for chunk in _data_chunks((frame,)):
@@ -462,6 +438,27 @@ class OpenAIChat(OpenAIProvider):
         for choice in answer.get("choices") or []:
             for call in (choice.get("message") or {}).get("tool_calls") or []:
                 yield call.setdefault("function", {})
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """Each choice's content cut (`filtered_text`; null if it had none), no tool calls,
+        ``finish_reason: "content_filter"``."""
+        if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
+            return None
+        filtered = copy.deepcopy(answer)
+        for choice in filtered["choices"]:
+            if not isinstance(choice, dict):
+                continue
+            message = choice.setdefault("message", {})
+            for key in ("tool_calls", "function_call"):
+                message.pop(key, None)
+            content = message.get("content")
+            message["content"] = filtered_text(content) if isinstance(content, str) else None
+            choice["finish_reason"] = CONTENT_FILTER
+        return filtered
+
+    def failure_frame(self, failure: Failure, request: JSON, message: str | None = None) -> bytes:
+        """``data: {"error": ...}`` with the class's type and code."""
+        return data_frame(self.failure(failure, request, message).body).encode("utf-8")
 
     def last_user_text(self, body: JSON) -> str | None:
         messages = body.get("messages") if isinstance(body, dict) else None

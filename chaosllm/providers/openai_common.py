@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
-from chaosllm.providers.base import ErrorKind, Provider, type_name
+from chaosllm.providers.base import ErrorKind, Failure, Provider, estimated_tokens, type_name
 from chaosllm.providers.ratelimits import RateLimitState, openai_duration
 
 __all__ = [
+    "CONTENT_FILTER",
     "KIND_TYPES",
     "OpenAIProvider",
     "argument_pieces",
@@ -71,6 +72,23 @@ KIND_TYPES = {
 }
 
 
+CONTENT_FILTER: Final = "content_filter"
+"""Why an answer the content filter cut ended: Chat's ``finish_reason``, the Responses
+API's ``incomplete_details.reason``."""
+
+CONTEXT_WINDOW: Final = 128_000
+"""The context window the ``context_length_exceeded`` message states (gpt-4o's)."""
+
+_FAILURES: Final[Mapping[Failure, tuple[str, str]]] = {
+    Failure.CONTEXT_TOO_LONG: ("invalid_request_error", "context_length_exceeded"),
+    Failure.QUOTA_EXHAUSTED: ("insufficient_quota", "insufficient_quota"),
+    Failure.KEY_REFUSED: ("invalid_request_error", "invalid_api_key"),
+    Failure.NO_SUCH_MODEL: ("invalid_request_error", "model_not_found"),
+    Failure.OVERLOADED: ("service_unavailable_error", "server_is_overloaded"),
+}
+"""Each failure class's error ``type`` and ``code``, as OpenAI answers it."""
+
+
 def openai_error_type(status: int) -> tuple[str, str | None]:
     """The OpenAI error `type` and `code` a real API uses for an HTTP status."""
     if status in _STATUS_ERROR_TYPES:
@@ -95,6 +113,37 @@ class OpenAIProvider(Provider):
         if kind is not None:
             return openai_envelope(message, KIND_TYPES.get(kind) or type_, code, param)
         return openai_envelope(message, type_, code or default_code, param)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        model = self.model_of(request)
+        if failure is Failure.CONTEXT_TOO_LONG:
+            tokens = CONTEXT_WINDOW + estimated_tokens(request)
+            return (
+                f"This model's maximum context length is {CONTEXT_WINDOW} tokens. However, "
+                f"your messages resulted in {tokens} tokens. Please reduce the length of the "
+                f"messages."
+            )
+        if failure is Failure.QUOTA_EXHAUSTED:
+            return (
+                "You exceeded your current quota, please check your plan and billing details. "
+                "For more information on this error, read the docs: "
+                "https://platform.openai.com/docs/guides/error-codes/api-errors."
+            )
+        if failure is Failure.KEY_REFUSED:
+            return (
+                "Incorrect API key provided. You can find your API key at "
+                "https://platform.openai.com/account/api-keys."
+            )
+        if failure is Failure.NO_SUCH_MODEL:
+            return f"The model `{model}` does not exist or you do not have access to it."
+        return "Our servers are currently overloaded. Please try again later."
+
+    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+        """``{"error": {"message", "type", "param", "code"}}`` with the class's type and code
+        (``param`` names the conversation of a request too long)."""
+        type_, code = _FAILURES[failure]
+        param = self.turn_key if failure is Failure.CONTEXT_TOO_LONG else None
+        return openai_envelope(message, type_, code, param)
 
     def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
         """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``, resets as OpenAI

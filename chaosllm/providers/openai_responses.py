@@ -42,9 +42,10 @@ from typing import Any, ClassVar
 
 from chaosllm.model import JSON
 from chaosllm.providers import facts
-from chaosllm.providers.base import canonical_json, text_pieces
+from chaosllm.providers.base import Failure, canonical_json, filtered_text, text_pieces
 from chaosllm.providers.conversation import RESPONSES_CHECKS
 from chaosllm.providers.openai_common import (
+    CONTENT_FILTER,
     OpenAIProvider,
     argument_pieces,
     expect_object,
@@ -346,6 +347,50 @@ class OpenAIResponses(OpenAIProvider):
         for item in answer.get("output") or []:
             if isinstance(item, dict) and item.get("type") == "function_call":
                 yield item
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.CONTEXT_TOO_LONG:
+            return (
+                "Your input exceeds the context window of this model. Please adjust your "
+                "input and try again."
+            )
+        return super().failure_message(failure, request)
+
+    def failure_frame(self, failure: Failure, request: JSON, message: str | None = None) -> bytes:
+        """An ``error`` event with the class's code."""
+        error = self.failure(failure, request, message).body
+        details = error.get("error") if isinstance(error, dict) else None
+        fields = details if isinstance(details, dict) else {}
+        return event_frame(
+            {
+                "type": "error",
+                "code": fields.get("code"),
+                "message": fields.get("message"),
+                "param": fields.get("param"),
+                "sequence_number": 0,
+            }
+        ).encode("utf-8")
+
+    def filtered_answer(self, answer: JSON) -> JSON | None:
+        """``status: "incomplete"``, ``incomplete_details.reason: "content_filter"``, each
+        message's text cut (`filtered_text`), no function calls."""
+        if not isinstance(answer, dict) or not isinstance(answer.get("output"), list):
+            return None
+        filtered = copy.deepcopy(answer)
+        output = []
+        for item in filtered["output"]:
+            if not isinstance(item, dict) or item.get("type") in _CALLS:
+                continue
+            if item.get("type") == "message":
+                item["status"] = "incomplete"
+                for part in item.get("content") or []:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        part["text"] = filtered_text(part["text"])
+            output.append(item)
+        filtered.update(
+            output=output, status="incomplete", incomplete_details={"reason": CONTENT_FILTER}
+        )
+        return filtered
 
     def last_user_text(self, body: JSON) -> str | None:
         items = body.get("input") if isinstance(body, dict) else None
