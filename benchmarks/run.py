@@ -47,6 +47,7 @@ import concurrency
 import faultbench
 import hotpath
 import inproc
+import live_ttfb
 import profiling
 import workloads
 from load import LoadResult, LoadSettings, WrkMissing, require_wrk, run_wrk
@@ -965,7 +966,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--skip",
         action="append",
         default=[],
-        choices=("throughput", "aimock", "startup", "nearest", "faults", "journal", "concurrency"),
+        choices=(
+            "throughput",
+            "aimock",
+            "startup",
+            "nearest",
+            "faults",
+            "journal",
+            "concurrency",
+            "live",
+        ),
         help="skip a section (repeatable)",
     )
     parser.add_argument(
@@ -1067,6 +1077,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         def run_concurrency() -> None:
             concurrency_section(results, tmp, quick)
 
+        def run_live() -> None:  # issue #16: a live stream's fault does not move its first byte
+            for label, ms in live_ttfb.measure(3 if quick else 9).items():
+                results.add(f"passthrough TTFB, 20 frames 50 ms apart, {label}", ms, " ms")
+
         def run_soak() -> None:
             soak(results, payloads, settings, 0 if quick else 100_000)
 
@@ -1078,6 +1092,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("faults", run_faults),
             ("journal", run_soak),
             ("concurrency", run_concurrency),
+            ("live", run_live),
         ]
         try:
             for name, section in sections:
