@@ -22,7 +22,7 @@ from ollama import ChatResponse, GenerateResponse
 
 from chaosllm import ChaosServer
 from chaosllm.providers.ollama import OllamaChat
-from tests.helpers import all_recordings, recording
+from tests.helpers import all_recordings, recording, serving
 
 CHAT_NAMES = all_recordings("ollama.chat")
 GENERATE_NAMES = all_recordings("ollama.generate")
@@ -34,6 +34,10 @@ GENERATE = "ollama-generate/0001"
 
 def client(server: ChaosServer, **options: Any) -> ollama.Client:
     return ollama.Client(host=server.url, **{"timeout": 10, **options})
+
+
+def client_at(url: str) -> ollama.Client:
+    return ollama.Client(host=url, timeout=10)
 
 
 @pytest.fixture
@@ -190,10 +194,16 @@ def test_http_errors_raise_response_error_without_retrying(
     assert len(server.requests()) == 1  # the client never retries
 
 
-def test_http_error_404_is_a_response_error(sdk: ollama.Client, server: ChaosServer) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_http_error_404_is_a_response_error(
+    sdk: ollama.Client, server: ChaosServer, stream: bool
+) -> None:
     server.arm("http_error", status=404, message='model "llama3.2" not found, try pulling it first')
     with pytest.raises(ollama.ResponseError) as info:
-        sdk.chat(**request(TEXT))
+        if stream:
+            chat_parts(sdk, STREAM)
+        else:
+            sdk.chat(**request(TEXT))
     assert info.value.status_code == 404
     assert info.value.error == 'model "llama3.2" not found, try pulling it first'
 
@@ -286,6 +296,12 @@ def test_stall_needs_a_client_timeout(server: ChaosServer) -> None:
             for part in c.chat(**request(STREAM), stream=True):
                 got.append(part)
         assert len(got) == 2
+    # Without a timeout (the client's default) it waits for the server to give up.
+    server.arm("stall", max_ms=300)
+    started = time.monotonic()
+    with client(server, timeout=None) as c, pytest.raises(httpx.RemoteProtocolError):
+        c.chat(**request(TEXT))
+    assert time.monotonic() - started >= 0.3 - 0.02
 
 
 def test_latency_and_slow_stream_only_delay(sdk: ollama.Client, server: ChaosServer) -> None:
@@ -397,6 +413,17 @@ def test_record_then_replay(tmp_path: Path, upstream: str) -> None:
         assert "".join(p.message.content or "" for p in c.chat(**other, stream=True)) == (
             "Hello from the upstream."
         )
+
+
+def test_chaosllm_serve_records_then_replays(tmp_path: Path, upstream: str) -> None:
+    question = {"model": "llama3.2", "messages": [{"role": "user", "content": "Say hello."}]}
+    args = ("--mode", "record", "--upstream", upstream, "--record-dir", str(tmp_path))
+    with serving(*args) as (url, _), client_at(url) as c:
+        live = list(c.chat(**question, stream=True))
+    [written] = tmp_path.rglob("*.json")
+    assert json.loads(written.read_text())["request"]["path"] == "/api/chat"
+    with serving("--recordings", str(tmp_path)) as (url, _), client_at(url) as c:
+        assert list(c.chat(**question, stream=True)) == live
 
 
 def test_the_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ per variant (the fault armed on the first JSON request, or on the first
 streaming request), each time against a fresh server, with `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
 `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`, `GOOGLE_GEMINI_BASE_URL` and
 `GEMINI_API_KEY` (google-genai), `OLLAMA_HOST`
-(ollama), `OLLAMA_HOST`
 (ollama), `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` with dummy AWS
 credentials and `AWS_REGION`/`AWS_DEFAULT_REGION` (boto3) pointing at it (any protocol
 chaosllm speaks). Each run is classified:
@@ -188,7 +187,6 @@ def _run_once(
             "GOOGLE_GEMINI_BASE_URL": server.url,
             "GOOGLE_VERTEX_BASE_URL": server.url,
             "GEMINI_API_KEY": "chaosllm-gemini-probe",
-            "OLLAMA_HOST": server.url,
             "OLLAMA_HOST": server.url,
             "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url,
             "AWS_ACCESS_KEY_ID": "chaosllm-aws-probe",
