@@ -142,6 +142,10 @@ class ServerError(ChaosLLMError, RuntimeError):
 class PlanAborted(ChaosLLMError):
     """Raised by `send_plan` under a plain ASGI server to make it abort the connection."""
 
+    reset: bool = False
+    """Abort it with an RST (SO_LINGER 0) rather than a FIN, once the bytes sent are
+    flushed (chaosllm's own servers; a live stream's ``connection_reset``)."""
+
 
 class NotRecordable(ChaosLLMError):
     """An upstream answer that is not written (the reason is the message)."""

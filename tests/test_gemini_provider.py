@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
+import httpx
 import pytest
 
 from chaosllm.config import OnMiss, ServerConfig
@@ -14,6 +16,9 @@ from chaosllm.core.clock import ManualClock
 from chaosllm.core.engine import Engine, ProviderCall, Reply
 from chaosllm.faults import FAULT_TYPES, parse_fault_spec, parse_fault_specs
 from chaosllm.faults.transform import fault_applies
+from chaosllm.http.app import create_app
+from chaosllm.http.direct import DirectHandler
+from chaosllm.http.state import ChaosState
 from chaosllm.model import Ending
 from chaosllm.paths import shipped_dir
 from chaosllm.providers import PROVIDERS, provider_for_path
@@ -512,3 +517,27 @@ def test_embeddings_are_deterministic_unit_vectors() -> None:
     assert predicted["predictions"][0]["embeddings"]["values"] == values
     with pytest.raises(ValueError, match="requests is not specified"):
         batch_embed_answer({"requests": []}, "m")
+
+
+# -- the builtin server's hot path and the ASGI app agree ------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("query", ["", "alt=sse"])
+def test_the_direct_path_answers_as_the_app(name: str, query: str) -> None:
+    def state() -> ChaosState:
+        return ChaosState.from_config(ServerConfig(recordings=[shipped_dir("recordings")]))
+
+    method = "streamGenerateContent" if query else "generateContent"
+    path = path_of(model_of(name), method)
+    raw = json.dumps(client_body(name)).encode()
+    answer = DirectHandler(state())("POST", path, query.encode(), [], raw)
+    assert answer is not None and answer[0].status == 200
+
+    async def asgi() -> bytes:
+        transport = httpx.ASGITransport(app=create_app(state=state()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            response = await c.post(f"{path}?{query}" if query else path, content=raw)
+            return response.content
+
+    assert answer[0].body() == anyio.run(asgi)

@@ -5,6 +5,7 @@ endpoint, the render cache (bounded, by response identity), the error envelope e
 from __future__ import annotations
 
 import json
+import re
 import socket
 from dataclasses import replace
 from typing import Any
@@ -41,11 +42,26 @@ SOCKET_TIMEOUT = 10.0
 
 
 def test_registry_routes_every_path_to_its_provider() -> None:
-    assert set(PROVIDERS) == {"openai.chat", "anthropic.messages", "openai.responses"}
+    assert set(PROVIDERS) == {
+        "openai.chat",
+        "anthropic.messages",
+        "openai.responses",
+        "azure.chat",
+        "azure.responses",
+        "gemini.generate_content",
+        "ollama.chat",
+        "ollama.generate",
+        "bedrock.converse",
+    }
     for name, provider in PROVIDERS.items():
-        assert isinstance(provider, Provider) and provider.name == name and provider.paths
+        assert isinstance(provider, Provider) and provider.name == name
+        assert provider.paths or provider.path_templates
         for path in provider.paths:
             assert provider_for_path(path) is provider
+        for template in provider.path_templates:
+            # Each template with its parameters filled in routes to its provider.
+            path = re.sub(r"\{[^}]+\}", "p1", template)
+            assert provider_for_path(path) is provider, template
     assert provider_for_path("/") is None
     for path in embeddings.PATHS:  # served apart, in OpenAI's envelope
         assert provider_for_path(path) is None

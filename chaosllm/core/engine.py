@@ -65,6 +65,7 @@ from chaosllm.faults import (
     apply_fault,
     fault_applies,
 )
+from chaosllm.faults.live import Claimed, LiveChoice, LiveContext, LiveFault
 from chaosllm.model import (
     JSON,
     Exchange,
@@ -817,6 +818,78 @@ class Engine:
                 ending=ending_of(faulted),
             )
         return faulted
+
+    def fault_live(self, proxy: Proxy) -> LiveChoice:
+        """At the head of a proxied stream (a 200 whose frames are about to arrive): the
+        streaming counterpart of `fault_upstream`. The armed faults are offered in FIFO
+        order, as there; the first that matches decides. One with a streaming counterpart
+        (`FaultType.live`) fires now and transforms the frames as they arrive
+        (`LiveChoice.fault`); one that applies only to some answers (``malformed_tool_args``)
+        is taken from the board when a frame shows it applies (`Claimed`), as long as no
+        other fault matches after it; one without a counterpart needs the whole answer
+        (`LiveChoice.buffered`: `fault_upstream`, which does not offer the faults again
+        that were offered here). No fault: an empty choice."""
+        assert proxy.digest is not None
+        call, body = proxy.call, proxy.body
+        provider = call.provider
+        stream = provider.wants_stream(body)
+        request = _Request(call, body, proxy.digest, stream, body.get("model"), proxy.turn)
+        ctx = LiveContext(provider, body)
+        drawn = list(proxy.drawn)
+        machines: dict[int, LiveFault] = {}
+        deferred: list[FaultSpec] = []
+        waiting = False
+
+        def live(spec: FaultSpec) -> bool:
+            nonlocal waiting
+            if waiting or any(spec is d for d in proxy.drawn):
+                return False
+            entry = spec.entry
+            machine = None
+            if entry.live is not None and stream:
+                machine = entry.live(spec, ctx)
+            if machine is None or deferred:
+                waiting = True  # it needs the whole answer: it and those after it wait
+                return False
+            if not entry.applies(provider, None):
+                deferred.append(spec)  # taken when a frame shows it applies
+                return False
+            machines[id(spec)] = machine
+            drawn.append(spec)
+            return True
+
+        def wait(spec: FaultSpec) -> None:
+            nonlocal waiting
+            waiting = True
+
+        info = replace(request.info, answer=None, answer_known=False)
+        fired = self.board.take(info, live, waits=wait)
+        if fired is not None:
+            self._fired_live(proxy, fired)
+            return LiveChoice(fault=machines[id(fired.spec)])
+        if waiting:
+            later = replace(proxy, drawn=tuple(drawn))
+            return LiveChoice(
+                buffered=lambda plan, answer: self.fault_upstream(later, plan, answer)
+            )
+        if not deferred:
+            return LiveChoice()
+        pending = deferred[0]
+        machine = pending.entry.live(pending, ctx) if pending.entry.live is not None else None
+        assert machine is not None
+
+        def claim() -> bool:
+            fired = self.board.take(info, lambda spec: spec is pending)
+            if fired is not None:
+                self._fired_live(proxy, fired)
+            return fired is not None
+
+        return LiveChoice(fault=Claimed(machine, claim))
+
+    def _fired_live(self, proxy: Proxy, fired: Fired) -> None:
+        fired.request_seq = proxy.entry.seq
+        fault = {**fired.spec.to_json(), "id": fired.fault_id}
+        self.journal.amend(proxy.entry, fault={**fault, "params": fired.spec.effective_params()})
 
     def amend(self, entry: JournalEntry, **changes: Any) -> None:
         """What the proxy learnt about its answer (status, error), into the journal."""

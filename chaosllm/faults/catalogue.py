@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from chaosllm.faults import live as lv
 from chaosllm.faults import transform as t
 from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers.base import Provider
@@ -108,6 +109,9 @@ class FaultType:
     summary: str
     transform: Transform
     """The pure plan transformation (`chaosllm.faults.transform`)."""
+    live: lv.LiveFactory | None = None
+    """Its streaming counterpart (`chaosllm.faults.live`): applied to a proxied stream
+    frame by frame as it arrives; None: the proxy reads the answer whole first."""
     simplicity: int
     """Rank in ``chaosllm.strategies.SIMPLEST_FIRST``: drawn examples shrink toward
     lower ranks (the simplest faults to reason about)."""
@@ -164,6 +168,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="the body ends early but cleanly: no finish chunk, no [DONE]",
         params={"after_chunks": _chunks(2)},
         transform=t.truncated_stream,
+        live=lv.truncated_stream,
         retryable=True,
         simplicity=6,
     ),
@@ -172,6 +177,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="part of the body, then the socket is closed (FIN)",
         params={"after_chunks": _chunks(2), "after_bytes": _BYTES},
         transform=t.dropped_connection,
+        live=lv.dropped_connection,
         retryable=True,
         simplicity=5,
     ),
@@ -180,6 +186,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="status 200 whose body (or a stream frame) is an error",
         params={"after_chunks": _chunks(0), "message": _MESSAGE},
         transform=t.error_in_200,
+        live=lv.error_in_200,
         simplicity=7,
     ),
     FaultType(
@@ -195,6 +202,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         name="malformed_tool_args",
         summary="tool-call arguments cut into invalid JSON (fires only on answers with tool calls)",
         transform=t.malformed_tool_args,
+        live=lv.malformed_tool_args,
         applies=t.has_tool_arguments,
         simplicity=9,
     ),
@@ -233,6 +241,7 @@ CATALOGUE: tuple[FaultType, ...] = (
             ),
         },
         transform=t.connection_reset,
+        live=lv.connection_reset,
         answers_alone=_before_any_byte,
         retryable=True,
         simplicity=4,
@@ -291,6 +300,7 @@ CATALOGUE: tuple[FaultType, ...] = (
             ),
         },
         transform=t.stall,
+        live=lv.stall,
         silence_param="max_ms",
         retryable=True,
         simplicity=13,
@@ -303,6 +313,7 @@ CATALOGUE: tuple[FaultType, ...] = (
             "data": Param(str, None, "the garbage to send (default: binary noise)"),
         },
         transform=t.garbage,
+        live=lv.garbage,
         answers_alone=_before_a_head,
         retryable=True,
         simplicity=10,

@@ -104,6 +104,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         amend=amend,
         redactor=state.redactor,
         fault_hook=fault_hook,
+        live_hook=(lambda: state.fault_live(proxy)) if proxy.faultable else None,
         recorder=recorder,
         timing=state.config.timing,
         extra_headers=proxy.headers,

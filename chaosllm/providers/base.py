@@ -44,7 +44,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
@@ -677,6 +677,16 @@ class Provider(abc.ABC):
             text = value if isinstance(value, str) else json.dumps(value) if value else ""
             call[self.arguments_key] = cut_json(text)
         return broken if calls else None
+
+    def break_argument_deltas(
+        self, frame: bytes, cut: Callable[[object, str], str]
+    ) -> bytes | None:
+        """A stream frame with the text of each tool-call argument delta it carries replaced
+        by ``cut(key, text)`` (`key` names the call: the same for every delta of one call),
+        what ``malformed_tool_args`` does to a live stream (`chaosllm.faults.live`); the
+        frame itself when nothing changed. None (the default): this protocol's argument
+        deltas cannot be broken one frame at a time (the answer is then read whole)."""
+        return None
 
     # -- the named failure classes (`Failure`) ----------------------------------------
 

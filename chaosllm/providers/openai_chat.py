@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -400,6 +400,31 @@ class OpenAIChat(OpenAIProvider):
         return isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk
 
     # -- what faults need -------------------------------------------------------
+
+    def break_argument_deltas(
+        self, frame: bytes, cut: Callable[[object, str], str]
+    ) -> bytes | None:
+        """A chunk's ``delta.tool_calls[].function.arguments``, each replaced by
+        ``cut((choice index, call index), text)``; a changed chunk is written again as one
+        ``data:`` frame."""
+        if not frame:
+            return frame
+        chunks = list(_data_chunks([frame.decode("utf-8", "replace")]))
+        if len(chunks) != 1 or chunks[0] is None:
+            return frame
+        chunk, changed = chunks[0], False
+        for i, choice in enumerate(chunk.get("choices") or ()):
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+            for k, call in enumerate(calls if isinstance(calls, list) else ()):
+                function = call.get("function") if isinstance(call, dict) else None
+                text = function.get("arguments") if isinstance(function, dict) else None
+                if isinstance(text, str):
+                    assert isinstance(function, dict)
+                    new = cut((choice.get("index", i), call.get("index", k)), text)
+                    if new != text:
+                        function["arguments"], changed = new, True
+        return data_frame(chunk).encode("utf-8") if changed else frame
 
     def frame_finishes(self, frame: str) -> bool:
         """A finish chunk, the usage chunk, [DONE] or an error."""

@@ -53,7 +53,7 @@ import time
 import urllib.request
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,8 +62,8 @@ import anyio
 import anyio.to_thread
 
 from chaosllm.core.journal import JournalEntry, ending_of
-from chaosllm.core.report import Outcome
-from chaosllm.errors import ChaosLLMError, NotRecordable
+from chaosllm.core.report import Outcome, PlanReport
+from chaosllm.errors import ChaosLLMError, NotRecordable, PlanAborted
 from chaosllm.model import (
     JSON,
     Ending,
@@ -89,7 +89,7 @@ from chaosllm.record.client import (
     default_ssl_context,
 )
 from chaosllm.store.redact import Redactor, kept_response_headers
-from chaosllm.wire.asgi import PlanAborted, Receive, Scope, Send, send_plan
+from chaosllm.wire.asgi import Receive, Scope, Send, send_plan
 
 if TYPE_CHECKING:
     import httpx
@@ -134,6 +134,40 @@ Recorder = Callable[[Exchange], Exchange]
 
 class Amend(Protocol):
     def __call__(self, **changes: Any) -> None: ...
+
+
+class LiveEnd(Protocol):
+    """How a live fault ends the client's answer (`chaosllm.faults.live.LiveEnd`)."""
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]: ...
+    @property
+    def ending(self) -> Ending: ...
+    @property
+    def stall_ms(self) -> float: ...
+
+
+class LiveStep(Protocol):
+    @property
+    def write(self) -> tuple[Piece, ...]: ...
+    @property
+    def end(self) -> LiveEnd | None: ...
+
+
+class LiveFault(Protocol):
+    """A fault's streaming counterpart (`chaosllm.faults.live.LiveFault`)."""
+
+    def feed(self, frame: bytes) -> LiveStep: ...
+    def finish(self) -> LiveEnd: ...
+
+
+class LiveChoice(Protocol):
+    """What applies to a live stream (`chaosllm.faults.live.LiveChoice`)."""
+
+    @property
+    def fault(self) -> LiveFault | None: ...
+    @property
+    def buffered(self) -> FaultHook | None: ...
 
 
 """Writes an exchange and adds it to the live store; the exchange as stored."""
@@ -455,8 +489,20 @@ class _Call:
     end: _End | None = None
     plan: ResponsePlan | None = None
     error: Exception | None = None
+    ending: str | None = None
+    """How a live fault ended the answer (the journal's ``ending``), once it did."""
     finishing: bool = False
     """The last message is being sent: a disconnect from now on is the normal end."""
+    handed_off: bool = False
+    """The upstream answer was handed to a drain (`_drain`): it closes it, and the
+    request is settled (`PlanReport.outcome`) once both it and the response are done."""
+    pending: int = 1
+    """What must end before the request is settled: the response (and the drain)."""
+
+    def settle(self, report: PlanReport) -> None:
+        self.pending -= 1
+        if self.pending <= 0 and report.outcome is None:
+            report.outcome = Outcome.COMPLETE
 
 
 @dataclass
@@ -480,6 +526,9 @@ class ProxyCall:
     redactor: Redactor
     fault_hook: FaultHook | None = None
     """Set when an armed fault may fire on this request."""
+    live_hook: Callable[[], LiveChoice] | None = None
+    """Set with `fault_hook`: at the head of a live stream, which fault applies to its
+    frames as they arrive (`chaosllm.core.engine.Engine.fault_live`)."""
     recorder: Recorder | None = None
     """Set when the answer is to be recorded."""
     timing: float = 0.0
@@ -526,8 +575,9 @@ class ProxyCall:
             self.amend(ending=ending_of(call.plan))
             await send_plan(scope, receive, send, call.plan, report)
             return
-        self.amend(ending="closed" if call.end is _End.ABORT else "complete")
-        report.outcome = Outcome.COMPLETE
+        if call.ending is None:
+            self.amend(ending="closed" if call.end is _End.ABORT else "complete")
+        call.settle(report)
         if call.end is _End.ABORT:
             raise PlanAborted(
                 "chaosllm: the upstream dropped the connection mid-answer; "
@@ -550,13 +600,24 @@ class ProxyCall:
             return
         try:
             self.amend(status=response.status)
-            if self.fault_hook is not None:
-                call.plan = await self._buffered(response)
-            else:
+            if self.fault_hook is None:
+                call.end = await self._stream(response, send, call)
+                return
+            fault: LiveFault | None = None
+            buffered: FaultHook | None = self.fault_hook
+            if self.live_hook is not None and self._live_stream(response):
+                choice = self.live_hook()
+                fault, buffered = choice.fault, choice.buffered
+            if fault is not None:
+                call.end = await self._live(response, send, call, fault)
+            elif buffered is not None:
+                call.plan = await self._buffered(response, buffered)
+            else:  # no armed fault fires on it
                 call.end = await self._stream(response, send, call)
         finally:
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
+            if not call.handed_off:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
 
     def _failure_plan(self, exc: UpstreamError) -> ResponsePlan:
         """What the client gets when the upstream gives no answer at all."""
@@ -699,6 +760,126 @@ class ProxyCall:
         report.bytes_sent += len(held)
         return _End.COMPLETE
 
+    # -- a live stream's fault, frame by frame (`chaosllm.faults.live`) ---------------
+
+    def _live_stream(self, response: Answer) -> bool:
+        """Whether a fault can apply to the answer frame by frame as it arrives: a 200
+        stream of frames, not content-encoded, to a request that asked for a stream."""
+        encoding = (response.header("content-encoding") or "identity").strip().lower()
+        return (
+            response.status == 200
+            and encoding in ("", "identity")
+            and _is_stream(self.provider, response)
+            and self.provider.wants_stream(self.body)
+        )
+
+    async def _live(self, response: Answer, send: Send, call: _Call, fault: LiveFault) -> _End:
+        """Pass the stream to the client through `fault` as its frames arrive; record the
+        upstream's own answer (the module doc)."""
+        report = self.entry.report
+        splitter = self.provider.frame_splitter(time.monotonic())
+        head = self._client_head(response, drop=_FRAMING)
+        await send({"type": "http.response.start", "status": response.status, "headers": head})
+        report.head_sent = True
+        body, complete = response.available()
+        chunks: AsyncIterator[bytes] = _once(body) if complete else response.aiter_raw()
+        fed = 0
+        try:
+            async for chunk in chunks:
+                done = splitter.feed(chunk, time.monotonic())
+                for data, _ in splitter.frames[fed : fed + done]:
+                    fed += 1
+                    step = fault.feed(data)
+                    await self._write(send, step.write)
+                    if step.end is not None:
+                        # The client's answer ends here; the upstream's goes on, to be
+                        # recorded whole (bounded: `_drain`).
+                        if self.recorder is not None:
+                            drain = self._drain(response, chunks, splitter, call)
+                            call.handed_off = _spawn(drain)
+                            call.pending += call.handed_off
+                        return await self._end_live(send, call, step.end)
+        except DroppedMidAnswer as exc:
+            self.amend(
+                error=(
+                    f"the upstream {self.upstream.display} dropped the connection "
+                    f"mid-answer ({_reason(exc)}); the client's connection was dropped "
+                    f"the same way; nothing recorded"
+                )
+            )
+            log.warning("%s", self.entry.error)
+            return _End.ABORT
+        last = len(splitter.frames[-1][0]) if splitter.frames else 0
+        splitter.finish()
+        end: LiveEnd | None = None
+        if len(splitter.frames) > fed:  # the stream's only bytes, with no blank line
+            step = fault.feed(splitter.frames[fed][0])
+            await self._write(send, step.write)
+            end = step.end
+        elif splitter.frames and len(splitter.frames[-1][0]) > last:
+            # Bytes after the last blank line: they join the last frame, passed on as such.
+            await self._write(send, (Piece(splitter.frames[-1][0][last:], frame=False),))
+        if self.recorder is not None:
+            await self._record_stream(response, splitter, None, "identity")
+        return await self._end_live(send, call, end if end is not None else fault.finish())
+
+    async def _write(self, send: Send, pieces: Sequence[Piece]) -> None:
+        report = self.entry.report
+        for piece in pieces:
+            if piece.data:
+                await send({"type": "http.response.body", "body": piece.data, "more_body": True})
+                report.bytes_sent += len(piece.data)
+            if piece.frame:
+                report.frames_sent += 1
+
+    async def _end_live(self, send: Send, call: _Call, end: LiveEnd) -> _End:
+        """End the client's answer as the live fault says."""
+        report = self.entry.report
+        await self._write(send, end.pieces)
+        shape = ResponsePlan(200, (), end.pieces, framing=Framing.CHUNKED, ending=end.ending)
+        call.ending = ending_of(shape)
+        self.amend(ending=call.ending, frames=report.frames_sent)
+        if end.ending is Ending.COMPLETE:
+            call.finishing = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return _End.COMPLETE
+        if end.ending is Ending.STALL and end.stall_ms > 0:
+            await anyio.sleep(end.stall_ms / 1000)  # ends early when the client leaves
+        call.settle(report)
+        aborted = PlanAborted(f"chaosllm: a live stream's fault ends it ({end.ending.value})")
+        aborted.reset = end.ending is Ending.RESET
+        raise aborted
+
+    async def _drain(
+        self, response: Answer, chunks: AsyncIterator[bytes], splitter: FrameSplitting, call: _Call
+    ) -> None:
+        """After a fault ended the client's stream: read the rest of the upstream's, and
+        record it when it ends cleanly within `DRAIN_SECONDS` and `DRAIN_BYTES`."""
+        why = None
+        try:
+            with anyio.move_on_after(DRAIN_SECONDS) as scope:
+                size = 0
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > DRAIN_BYTES:
+                        why = f"the rest of the upstream's answer is over {DRAIN_BYTES} bytes"
+                        break
+                    splitter.feed(chunk, time.monotonic())
+            if scope.cancelled_caught:
+                why = f"the upstream's answer did not end within {DRAIN_SECONDS:g} s"
+            if why is None:
+                splitter.finish()
+                await self._record_stream(response, splitter, None, "identity")
+        except DroppedMidAnswer as exc:
+            why = f"the upstream dropped the connection mid-answer ({_reason(exc)})"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        if why is not None:
+            self.amend(error=f"not recorded: {why}, after a fault ended the client's stream")
+            log.warning("%s %s: %s", self.method, self.path, self.entry.error)
+        call.settle(self.entry.report)
+
     async def _record_stream(
         self,
         response: Answer,
@@ -721,9 +902,8 @@ class ProxyCall:
             data,
         )
 
-    async def _buffered(self, response: Answer) -> ResponsePlan:
+    async def _buffered(self, response: Answer, fault_hook: FaultHook) -> ResponsePlan:
         """Read the whole answer into a plan; apply the fault that fires to it."""
-        assert self.fault_hook is not None
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
         splitter = (
@@ -794,7 +974,7 @@ class ProxyCall:
                     answer = json.loads(content)
             else:
                 content = None  # encoded: passed on as it is, not recorded
-        faulted = self.fault_hook(plan, answer)
+        faulted = fault_hook(plan, answer)
         if self.recorder is not None:
             if content is None and frames is None:
                 self.amend(
@@ -842,6 +1022,37 @@ class ProxyCall:
             )
             return
         self.amend(recording=stored.name)
+
+
+DRAIN_SECONDS = 300.0
+"""How long the proxy keeps reading an upstream stream to record it after a fault ended
+the client's (`ProxyCall._drain`)."""
+DRAIN_BYTES = 64 << 20
+"""How many more bytes of it it reads at most."""
+MAX_DRAINS = 64
+"""How many such streams it reads at once; beyond that one is closed, not recorded."""
+
+_DRAINS: set[asyncio.Task[None]] = set()
+
+
+def _spawn(drain: Coroutine[Any, Any, None]) -> bool:
+    """Run `drain` beside the request (it outlives the client's answer); False when it
+    cannot (`MAX_DRAINS` running, or not under asyncio): then it is not run."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # pragma: no cover - not under asyncio (trio)
+        loop = None
+    if loop is None or len(_DRAINS) >= MAX_DRAINS:
+        drain.close()
+        return False
+    task = loop.create_task(drain)
+    _DRAINS.add(task)
+    task.add_done_callback(_DRAINS.discard)
+    return True
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def _reason(exc: Exception) -> str:

@@ -564,6 +564,8 @@ class _Connection:
             if not cycle.committed:
                 await self._internal_error(path)
             self.must_close = True
+            if exc.reset:
+                await self.reset()
             return
         except Exception:
             logger.exception("Exception in ASGI application")

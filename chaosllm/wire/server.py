@@ -1188,6 +1188,9 @@ class _Conn(asyncio.Protocol):
             if not cycle.committed:
                 self._internal_error(req.path)
             self.must_close = True
+            if exc.reset:
+                await self.flush()
+                self.reset()
         except Exception:
             logger.exception("Exception in ASGI application")
             if not cycle.committed:

@@ -1,0 +1,264 @@
+"""Faults applied to a live stream frame by frame, as its frames arrive.
+
+Theory of operation. In the proxy modes a fault on a streaming answer used to wait for
+the whole upstream answer and transform it as a plan (`chaosllm.faults.transform`),
+which moved the first token to the end of the answer. The faults whose stream
+behaviour is "pass K frames, then end the answer some way" (``truncated_stream``,
+``dropped_connection``, ``connection_reset``, ``stall``, ``garbage``, ``error_in_200``)
+and ``malformed_tool_args`` (which breaks the
+tool-call argument deltas as they pass) have a streaming counterpart here: a small
+pure state machine (`LiveFault`) fed one upstream frame at a time. `LiveFault.feed`
+says what to write to the client now (`Step.write`) and, once, how the client's answer
+ends (`Step.end`: the pieces written last and the `Ending`); `LiveFault.finish` says
+it when the upstream's stream ended before that. Fed the frames of a stream, a machine
+gives the pieces and the ending `apply_fault` gives the plan of the same frames
+(``tests/test_live_faults_property.py`` checks it with hypothesis for every type; for
+``malformed_tool_args`` the answers agree except in the broken arguments' text, which
+a live stream cuts in the first argument delta of each call, as the whole answer is not
+known yet). Each catalogue entry names its machine's factory (`FaultType.live`); a
+factory returns None when the fault cannot run live on this stream (then the proxy
+reads the answer whole, as before).
+
+A machine whose fault applies only to some answers (``malformed_tool_args``: answers
+with tool calls) `shows` whether a frame proves the answer is one: the engine takes the
+fault from the board only then (`Claimed`), so it is consumed exactly as often as on a
+replayed answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from chaosllm.faults.transform import DEFAULT_GARBAGE, _message
+from chaosllm.model import JSON, Ending, Piece, ResponsePlan
+from chaosllm.providers.base import Provider, cut_json
+
+if TYPE_CHECKING:
+    from chaosllm.faults.spec import FaultSpec
+
+__all__ = [
+    "Claimed",
+    "Cut",
+    "LiveChoice",
+    "LiveContext",
+    "LiveEnd",
+    "LiveFault",
+    "Step",
+    "run_live",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveContext:
+    provider: Provider
+    request: JSON = None
+    """The (bound) request body."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEnd:
+    """How the client's answer ends: `pieces` written last, then `ending`."""
+
+    pieces: tuple[Piece, ...] = ()
+    ending: Ending = Ending.COMPLETE
+    stall_ms: float = 0.0
+    """With `Ending.STALL`: the longest silence before the socket is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    write: tuple[Piece, ...] = ()
+    """What the client gets now (the frame, changed or not, or nothing)."""
+    end: LiveEnd | None = None
+    """Set once: the client's answer ends here (no more frames are fed)."""
+
+
+class LiveFault(Protocol):
+    """A fault's streaming counterpart: fed the upstream's frames one at a time."""
+
+    def feed(self, frame: bytes) -> Step: ...
+
+    def finish(self) -> LiveEnd:
+        """The upstream's stream ended (cleanly) before `Step.end` came."""
+
+    def shows(self, frame: bytes) -> bool:
+        """Whether `frame` proves the fault applies to this answer (`Claimed`)."""
+
+
+LiveFactory = Callable[["FaultSpec", LiveContext], "LiveFault | None"]
+"""A catalogue entry's `FaultType.live`: its machine for one stream, or None when it
+cannot run live there."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveChoice:
+    """What the engine decided at the head of a live upstream stream
+    (`chaosllm.core.engine.Engine.fault_live`)."""
+
+    fault: LiveFault | None = None
+    """Apply it to the frames as they arrive."""
+    buffered: Callable[[ResponsePlan, JSON], ResponsePlan] | None = None
+    """A fault that needs the whole answer may fire: read it whole, then call this."""
+
+
+def run_live(machine: LiveFault, frames: list[bytes]) -> tuple[tuple[Piece, ...], LiveEnd]:
+    """What a machine makes of a whole stream: the pieces the client gets (the end's
+    included) and the end. The frames after the end are not fed."""
+    out: list[Piece] = []
+    for frame in frames:
+        step = machine.feed(frame)
+        out += step.write
+        if step.end is not None:
+            return (*out, *step.end.pieces), step.end
+    end = machine.finish()
+    return (*out, *end.pieces), end
+
+
+def _finishes(provider: Provider, frame: bytes) -> bool:
+    """Whether a frame is one that finishes the answer (finish chunk, usage, terminator),
+    as the whole-plan cut counts them (`Provider.answer_frame_count`)."""
+    plan = ResponsePlan(status=200, headers=(), pieces=(Piece(frame),))
+    return provider.answer_frame_count(plan) == 0
+
+
+@dataclass(slots=True)
+class Cut:
+    """K answer frames pass untouched; the next frame (or the stream's end, None) decides
+    the end (`at`). A frame that finishes the answer ends it too, as the whole-plan cut
+    never keeps one."""
+
+    provider: Provider
+    after_chunks: int
+    at: Callable[[bytes | None], LiveEnd]
+    passed: int = 0
+
+    def feed(self, frame: bytes) -> Step:
+        if self.passed < self.after_chunks and not _finishes(self.provider, frame):
+            self.passed += 1
+            return Step((Piece(frame),))
+        return Step((), self.at(frame))
+
+    def finish(self) -> LiveEnd:
+        return self.at(None)
+
+    def shows(self, frame: bytes) -> bool:
+        return True
+
+
+def _partial(spec: FaultSpec, frame: bytes | None) -> tuple[Piece, ...]:
+    """``after_bytes`` bytes of the frame after the K (never all of it), as `_cut_within`."""
+    after_bytes = spec.param("after_bytes")
+    if not after_bytes or frame is None:
+        return ()
+    size = min(after_bytes, len(frame) - 1)
+    return (Piece(frame[:size], frame=False),) if size > 0 else ()
+
+
+def truncated_stream(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
+    return Cut(ctx.provider, spec.param("after_chunks"), lambda frame: LiveEnd())
+
+
+def dropped_connection(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
+    return Cut(
+        ctx.provider,
+        spec.param("after_chunks"),
+        lambda frame: LiveEnd(_partial(spec, frame), Ending.CLOSE),
+    )
+
+
+def connection_reset(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
+    return Cut(
+        ctx.provider,
+        spec.param("after_chunks"),
+        lambda frame: LiveEnd(_partial(spec, frame), Ending.RESET),
+    )
+
+
+def stall(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
+    end = LiveEnd((), Ending.STALL, spec.param("max_ms"))
+    return Cut(ctx.provider, spec.param("after_chunks"), lambda frame: end)
+
+
+def error_in_200(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
+    frame = Piece(ctx.provider.stream_error_frame(_message(spec, 200), status=500))
+    return Cut(ctx.provider, spec.param("after_chunks"), lambda _: LiveEnd((frame,)))
+
+
+def garbage(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
+    data = spec.param("data")
+    noise = data.encode("utf-8") if isinstance(data, str) else DEFAULT_GARBAGE
+
+    def at(frame: bytes | None) -> LiveEnd:
+        sent = noise
+        if data is None and frame is not None:
+            # A checksummed framing's garbage: its next frame, garbled.
+            sent = ctx.provider.corrupt_frame(frame) or noise
+        return LiveEnd((Piece(sent),), Ending.CLOSE)
+
+    return Cut(ctx.provider, spec.param("after_chunks"), at)
+
+
+@dataclass(slots=True)
+class _BrokenArguments:
+    """Each tool call's arguments cut in their first non-empty delta (`cut_json` of it:
+    never valid JSON), its later deltas' text dropped; every other byte as it came."""
+
+    provider: Provider
+    seen: set[object] = field(default_factory=set)
+
+    def _cut(self, key: object, text: str) -> str:
+        if key in self.seen:
+            return ""
+        if not text:
+            return text
+        self.seen.add(key)
+        return cut_json(text)
+
+    def feed(self, frame: bytes) -> Step:
+        broken = self.provider.break_argument_deltas(frame, self._cut)
+        return Step((Piece(frame if broken is None else broken),))
+
+    def finish(self) -> LiveEnd:
+        return LiveEnd()
+
+    def shows(self, frame: bytes) -> bool:
+        found = False
+
+        def look(key: object, text: str) -> str:
+            nonlocal found
+            found = found or bool(text)
+            return text
+
+        self.provider.break_argument_deltas(frame, look)
+        return found
+
+
+def malformed_tool_args(spec: FaultSpec, ctx: LiveContext) -> LiveFault | None:
+    if ctx.provider.break_argument_deltas(b"", lambda key, text: text) is None:
+        return None  # this protocol's deltas cannot be broken one frame at a time
+    return _BrokenArguments(ctx.provider)
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A machine whose fault is taken from the board (`claim`, once) only when a frame
+    `shows` it applies; until then, and for good when the claim fails, frames pass."""
+
+    machine: LiveFault
+    claim: Callable[[], bool]
+    decided: bool | None = None
+
+    def feed(self, frame: bytes) -> Step:
+        if self.decided is None and self.machine.shows(frame):
+            self.decided = self.claim()
+        if self.decided:
+            return self.machine.feed(frame)
+        return Step((Piece(frame),))
+
+    def finish(self) -> LiveEnd:
+        return self.machine.finish() if self.decided else LiveEnd()
+
+    def shows(self, frame: bytes) -> bool:
+        return self.machine.shows(frame)
