@@ -42,6 +42,7 @@ from chaosllm.providers.base import Failure
 from chaosllm.providers.openai_chat import OpenAIChat, data_chunks
 from chaosllm.providers.openai_common import OpenAIProvider
 from chaosllm.providers.openai_responses import OpenAIResponses
+from chaosllm.providers.ratelimits import RateLimitState
 from chaosllm.providers.sse import data_frame
 
 __all__ = ["AZURE_ERROR_CODES", "AzureChat", "AzureResponses"]
@@ -131,6 +132,14 @@ class _Azure(OpenAIProvider):
         error = body.get("error") if isinstance(body, dict) else None
         openai_code = error.get("code") if isinstance(error, dict) else None
         return {"error": {"code": code or openai_code, "message": message}}
+
+    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
+        """Azure sends the remaining requests and tokens only."""
+        headers: list[tuple[str, str]] = []
+        for name, meter in (("requests", state.requests), ("tokens", state.tokens)):
+            if meter is not None:
+                headers.append((f"x-ratelimit-remaining-{name}", str(meter.remaining)))
+        return tuple(headers)
 
 
 class AzureChat(_Azure, OpenAIChat):
