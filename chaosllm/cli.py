@@ -17,9 +17,10 @@ from chaosllm.config import (
     DEFAULT_RECORD_SCENARIO,
     Mode,
     OnMiss,
+    Pace,
     ServerConfig,
     parse_rate_limit,
-    parse_timing,
+    parse_timing_option,
     proxy_dirs,
     secrets_from_env,
 )
@@ -64,9 +65,9 @@ def _choice(parse: type[Mode] | type[OnMiss] | type[ServerKind]) -> Callable[[st
     return convert
 
 
-def _timing(value: str) -> float:
+def _timing(value: str) -> tuple[float, Pace | None]:
     try:
-        return parse_timing(value)
+        return parse_timing_option(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -209,10 +210,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--timing",
         type=_timing,
-        default=0.0,
-        metavar="fast|recorded|SCALE",
+        default=(0.0, None),
+        metavar="fast|recorded|SCALE|ttft=MS,tps=N,jitter=J",
         help="replay streams as fast as possible (default), with their "
-        "recorded gaps, or with the gaps scaled by SCALE",
+        "recorded gaps, with the gaps scaled by SCALE, or at a pace: the first frame "
+        "after ttft (600ms, 0.6s), then tps tokens a second, each gap jittered by up to "
+        "J (0-1) from the seeded RNG",
     )
     serve.add_argument(
         "--match",
@@ -623,7 +626,8 @@ def _serve(args: argparse.Namespace) -> int:
         mode=args.mode,
         on_miss=args.on_miss,
         seed=args.seed,
-        timing=args.timing,
+        timing=args.timing[0],
+        pace=args.timing[1],
         match_order=args.match,
         nearest_threshold=args.nearest_threshold,
         upstream=args.upstream,

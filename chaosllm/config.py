@@ -19,11 +19,14 @@ __all__ = [
     "SECRETS_ENV",
     "Mode",
     "OnMiss",
+    "Pace",
     "RateLimit",
     "ServerConfig",
     "Strategy",
+    "parse_pace",
     "parse_rate_limit",
     "parse_timing",
+    "parse_timing_option",
     "proxy_dirs",
     "secrets_from_env",
     "session_scenario",
@@ -99,11 +102,100 @@ def parse_timing(value: str | float) -> float:
             scale = float(value)
         except ValueError:
             raise ConfigError(
-                f"invalid timing {value!r}; use fast, recorded or a scale factor such as 0.5"
+                f"invalid timing {value!r}; use fast, recorded, a scale factor such as 0.5 "
+                f"or a pace such as ttft=600ms,tps=50,jitter=0.25"
             ) from None
     if not scale >= 0.0 or scale == float("inf"):
         raise ConfigError(f"invalid timing {value!r}: the scale must be a finite number >= 0")
     return scale
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A streaming pace (``--timing "ttft=600ms,tps=50,jitter=0.25"``): the first frame
+    after `ttft_ms`, each later frame after its tokens at `tps` tokens a second (a frame's
+    tokens: its text's characters / 4, at least 1), every gap scaled by a factor drawn
+    from [1 - `jitter`, 1 + `jitter`] by the server's seeded RNG. A JSON answer's head
+    waits the ttft and its whole text's tokens. `tps` None: no rate (only the ttft)."""
+
+    ttft_ms: float = 0.0
+    tps: float | None = None
+    jitter: float = 0.0
+
+    def to_json(self) -> dict[str, float | None]:
+        return {"ttft_ms": self.ttft_ms, "tps": self.tps, "jitter": self.jitter}
+
+
+PACE_KEYS = ("ttft", "tps", "jitter")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)?\s*\Z")
+
+
+def _pace_number(key: str, text: str, given: str) -> float:
+    found = _DURATION.fullmatch(text)
+    unit = found.group(2) if found else None
+    if found is None or (unit is not None and key != "ttft"):
+        shape = "milliseconds >= 0 (600, 600ms or 0.6s)" if key == "ttft" else "a number >= 0"
+        raise ConfigError(f"invalid timing {given!r}: {key} must be {shape}")
+    value = float(found.group(1))
+    return value * 1000.0 if unit == "s" else value
+
+
+def parse_pace(value: str | Mapping[str, Any] | Pace) -> Pace:
+    """``ttft=600ms,tps=50,jitter=0.25`` (any of them, at least one; ttft in ms or s, a
+    bare number is ms), or ``{"ttft_ms": 600, "tps": 50, "jitter": 0.25}``, as a `Pace`;
+    `ConfigError` naming what is wrong: an unknown key, one given twice, a negative value,
+    tps 0, jitter above 1."""
+    if isinstance(value, Pace):
+        ttft, tps, jitter, given = value.ttft_ms, value.tps, value.jitter, repr(value)
+    elif isinstance(value, str):
+        given = value
+        found: dict[str, float] = {}
+        for part in value.split(","):
+            key, sep, number = part.partition("=")
+            key = key.strip()
+            if not sep or key not in PACE_KEYS:
+                raise ConfigError(
+                    f"invalid timing {given!r}: {part.strip()!r} is not ttft=, tps= or jitter= "
+                    f"(e.g. ttft=600ms,tps=50,jitter=0.25)"
+                )
+            if key in found:
+                raise ConfigError(f"invalid timing {given!r}: {key} is given twice")
+            found[key] = _pace_number(key, number, given)
+        ttft, tps, jitter = found.get("ttft", 0.0), found.get("tps"), found.get("jitter", 0.0)
+    elif isinstance(value, Mapping):
+        given = str(dict(value))
+        unknown = sorted(set(value) - {"ttft_ms", "tps", "jitter"})
+        if unknown:
+            raise ConfigError(
+                f"invalid timing {given}: unknown key {unknown[0]!r}; the keys are ttft_ms, "
+                f"tps and jitter"
+            )
+        numbers: dict[str, float | None] = {}
+        for key in ("ttft_ms", "tps", "jitter"):
+            raw = value.get(key)
+            if raw is not None and (isinstance(raw, bool) or not isinstance(raw, (int, float))):
+                raise ConfigError(f"invalid timing {given}: {key} must be a number")
+            numbers[key] = None if raw is None else float(raw)
+        ttft, tps, jitter = numbers["ttft_ms"] or 0.0, numbers["tps"], numbers["jitter"] or 0.0
+    else:
+        raise ConfigError(f"invalid timing {value!r}: give ttft=600ms,tps=50,jitter=0.25")
+    for key, amount in (("ttft", ttft), ("tps", tps), ("jitter", jitter)):
+        if amount is not None and not 0.0 <= amount < float("inf"):
+            raise ConfigError(f"invalid timing {given!r}: {key} must be a finite number >= 0")
+    if tps is not None and tps <= 0:
+        raise ConfigError(f"invalid timing {given!r}: tps must be above 0")
+    if jitter > 1:
+        raise ConfigError(f"invalid timing {given!r}: jitter must be between 0 and 1")
+    return Pace(ttft_ms=ttft, tps=tps, jitter=jitter)
+
+
+def parse_timing_option(value: str | float | Pace) -> tuple[float, Pace | None]:
+    """``--timing`` (and ``ChaosServer(timing=)``): ``fast``, ``recorded`` or a scale
+    (`parse_timing`: the scale of recorded gaps, no pace), or a pace (`parse_pace`:
+    ``ttft=...,tps=...,jitter=...``, rendered gaps replaced by it; scale 0)."""
+    if isinstance(value, Pace) or (isinstance(value, str) and "=" in value):
+        return 0.0, parse_pace(value)
+    return parse_timing(value), None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +273,9 @@ class ServerConfig:
     on_miss: OnMiss = OnMiss.ERROR
     seed: int = 0
     timing: float = 0.0
+    pace: Pace | None = None
+    """A streaming pace (``--timing "ttft=600ms,tps=50"``) replacing every stream's gaps;
+    None: the gaps `timing` gives."""
     match_order: Sequence[Strategy] = DEFAULT_ORDER
     nearest_threshold: float = 0.9
     upstream: str | None = None

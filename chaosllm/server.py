@@ -31,10 +31,11 @@ from chaosllm.config import (
     DEFAULT_RECORD_SCENARIO,
     Mode,
     OnMiss,
+    Pace,
     RateLimit,
     ServerConfig,
     parse_rate_limit,
-    parse_timing,
+    parse_timing_option,
     proxy_dirs,
     secrets_from_env,
 )
@@ -249,7 +250,7 @@ class ChaosServer:
         server: str | ServerKind = ServerKind.BUILTIN,
         on_miss: str | OnMiss = OnMiss.ERROR,
         seed: int = 0,
-        timing: str | float = "fast",
+        timing: str | float | Pace = "fast",
         match: str | Sequence[Strategy] = DEFAULT_ORDER,
         nearest_threshold: float = 0.9,
         mode: str | Mode = Mode.REPLAY,
@@ -283,6 +284,8 @@ class ChaosServer:
         httptools, on uvloop where installed), ``"h11"`` (its pure-Python fallback) or
         ``"uvicorn"``; `max_connections` bounds the connections a builtin server holds
         (``--max-connections``: when full, the oldest idle one is closed for a new one).
+        `timing` is ``"fast"``, ``"recorded"``, a scale of the recorded gaps, or a pace
+        (``"ttft=600ms,tps=50,jitter=0.25"`` or a `Pace`, as ``--timing``).
         `rate_limit` sets live rate limits (``"rpm=60,tpm=40000"`` or ``{"rpm": 60}``, as
         ``--rate-limit``; `set_rate_limit` changes them); `clock` is the engine's time (a
         `chaosllm.core.clock.ManualClock` lets a test move it instead of sleeping)."""
@@ -298,6 +301,7 @@ class ChaosServer:
         else:
             given = [Path(d) for d in recordings]
         mode = Mode.parse(mode) if isinstance(mode, str) else mode
+        scale, pace = parse_timing_option(timing)
         try:
             dirs, target = proxy_dirs(
                 mode,
@@ -312,7 +316,8 @@ class ChaosServer:
             mode=mode,
             on_miss=OnMiss.parse(on_miss) if isinstance(on_miss, str) else on_miss,
             seed=seed,
-            timing=parse_timing(timing),
+            timing=scale,
+            pace=pace,
             match_order=Strategy.parse_order(match) if isinstance(match, str) else tuple(match),
             nearest_threshold=nearest_threshold,
             max_body_bytes=max_body_bytes,

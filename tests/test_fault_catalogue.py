@@ -99,7 +99,15 @@ def test_where_a_fault_applies() -> None:
     assert not applies("malformed_tool_args", ANSWER)  # no tool calls to break
     assert not applies("malformed_tool_args", "text") and not applies("empty_response", "text")
     assert applies("empty_response", ANSWER)
-    always = [e.name for e in CATALOGUE if e.name not in ("malformed_tool_args", "empty_response")]
+    assert applies("content_filter", ANSWER) and not applies("content_filter", "text")
+    answers_only: tuple[str, ...] = ("malformed_tool_args", "empty_response", "content_filter")
+    # quirks that need something of the answer: a tool call, text beyond ASCII, chat's shape
+    assert applies("restated_tool_args", TOOL_ANSWER) and not applies("restated_tool_args", ANSWER)
+    assert not applies("split_utf8", ANSWER) and applies("split_utf8", {"content": "é"})
+    assert applies("filter_frames", ANSWER) and not applies("filter_frames", "text")
+    assert applies("usage_only_frame", ANSWER) and not applies("usage_only_frame", "text")
+    answers_only += ("restated_tool_args", "split_utf8", "filter_frames", "usage_only_frame")
+    always = [e.name for e in CATALOGUE if e.name not in answers_only]
     assert all(applies(name, "text") and applies(name, ANSWER) for name in always)
 
 
@@ -237,7 +245,21 @@ def test_the_readme_table_has_a_row_per_type_with_its_parameters() -> None:
 
 # -- no fault name outside the catalogue --------------------------------------------------------
 
-EXEMPT = {("model.py", "stall"): "Ending.STALL: the wire's name for how a plan ends"}
+EXEMPT = {
+    ("model.py", "stall"): "Ending.STALL: the wire's name for how a plan ends",
+    **{
+        ("providers/openai_common.py", word): "OpenAI's own error code (or finish reason), "
+        "after which the failure class is named"
+        for word in (
+            "context_length_exceeded",
+            "insufficient_quota",
+            "content_filter",
+            "invalid_api_key",
+            "model_not_found",
+            "overloaded",
+        )
+    },
+}
 """The same word with another meaning."""
 
 

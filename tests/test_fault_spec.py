@@ -24,6 +24,20 @@ SPEC_NAMES = [
     "slow_stream",
     "stall",
     "garbage",
+    "context_length_exceeded",
+    "insufficient_quota",
+    "content_filter",
+    "invalid_api_key",
+    "model_not_found",
+    "overloaded",
+    "keepalive_comments",
+    "crlf_frames",
+    "data_no_space",
+    "split_utf8",
+    "restated_tool_args",
+    "filter_frames",
+    "usage_only_frame",
+    "pace",
 ]
 
 

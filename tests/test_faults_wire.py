@@ -642,6 +642,86 @@ def test_garbage_stream_k_frames_then_noise(server: ChaosServer, k: int) -> None
     assert wire.end == EOF and not wire.terminated
 
 
+# -- the named failure classes (OpenAI's shapes here; every protocol's: test_failure_classes) --
+
+
+@pytest.mark.parametrize(
+    ("type_", "status", "error_type", "code"),
+    [
+        ("context_length_exceeded", 400, "invalid_request_error", "context_length_exceeded"),
+        ("insufficient_quota", 429, "insufficient_quota", "insufficient_quota"),
+        ("invalid_api_key", 401, "invalid_request_error", "invalid_api_key"),
+        ("model_not_found", 404, "invalid_request_error", "model_not_found"),
+        ("overloaded", 503, "service_unavailable_error", "server_is_overloaded"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_failure_class_statuses(
+    server: ChaosServer, type_: str, status: int, error_type: str, code: str, stream: bool
+) -> None:
+    server.arm(type_)
+    wire = call(server, stream=stream)
+    assert wire.status == status and wire.complete and not wire.chunked and not wire.frames
+    assert wire.end == COMPLETE
+    error = wire.json()["error"]
+    assert (error["type"], error["code"]) == (error_type, code) and error["message"]
+    assert "retry-after" not in wire.headers and "x-should-retry" not in wire.headers
+
+
+def test_context_length_exceeded_names_the_messages(server: ChaosServer) -> None:
+    server.arm("context_length_exceeded")
+    error = call(server, stream=False).json()["error"]
+    assert error["param"] == "messages"
+    assert error["message"].startswith("This model's maximum context length is 128000 tokens.")
+
+
+def test_insufficient_quota_has_no_retry_after(server: ChaosServer) -> None:
+    server.arm("insufficient_quota")
+    wire = call(server, stream=False)
+    assert wire.status == 429
+    assert not {"retry-after", "retry-after-ms"} & set(wire.headers)
+
+
+def test_invalid_api_key_is_a_401(server: ChaosServer) -> None:
+    server.arm("invalid_api_key")
+    assert call(server, stream=False).status == 401
+
+
+def test_model_not_found_names_the_model(server: ChaosServer) -> None:
+    server.arm("model_not_found")
+    error = call(server, stream=False).json()["error"]
+    model = request_body(NAME, stream=False)["model"]
+    expected = f"The model `{model}` does not exist or you do not have access to it."
+    assert error["message"] == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_content_filter_cuts_the_answer(server: ChaosServer, stream: bool) -> None:
+    full = baseline(server, stream=stream)
+    server.arm("content_filter")
+    wire = call(server, stream=stream)
+    assert wire.status == 200 and wire.complete
+    if not stream:
+        (choice,) = wire.json()["choices"]
+        whole = full.json()["choices"][0]["message"]["content"]
+        assert choice["finish_reason"] == "content_filter"
+        assert whole.startswith(choice["message"]["content"])
+        assert len(choice["message"]["content"]) < len(whole)
+        return
+    assert wire.terminated and wire.payloads[-1] == "[DONE]"  # a whole stream, cut short
+    reasons = [c["choices"][0]["finish_reason"] for c in wire.chunk_payloads if c["choices"]]
+    assert reasons[-1] == "content_filter" and len(wire.frames) < len(full.frames)
+
+
+def test_overloaded_mid_stream_is_an_error_frame_after_k(server: ChaosServer) -> None:
+    full = baseline(server, stream=True)
+    server.arm("overloaded", after_chunks=2)
+    wire = call(server, stream=True)
+    assert wire.status == 200 and wire.terminated
+    assert wire.frames[:2] == full.frames[:2] and len(wire.frames) == 3
+    assert json.loads(wire.payloads[2])["error"]["code"] == "server_is_overloaded"
+
+
 # -- the whole catalogue is covered ---------------------------------------------------------
 
 

@@ -29,9 +29,20 @@ NAIVE = {
     "slow_stream": {"json": "recovered", "stream": "recovered"},
     "stall": {"json": "recovered", "stream": "failed cleanly"},
     "garbage": {"json": "recovered", "stream": "failed cleanly"},
+    # the failure classes: a one-shot quota or overload is retried by the SDK and recovers;
+    # the 4xx classes are not retried; a filtered answer is taken as the answer
+    "context_length_exceeded": {"json": "failed cleanly", "stream": "failed cleanly"},
+    "insufficient_quota": {"json": "recovered", "stream": "recovered"},
+    "content_filter": {"json": "wrong answer", "stream": "wrong answer"},
+    "invalid_api_key": {"json": "failed cleanly", "stream": "failed cleanly"},
+    "model_not_found": {"json": "failed cleanly", "stream": "failed cleanly"},
+    "overloaded": {"json": "recovered", "stream": "recovered"},
 }
 RESILIENT = {name: {"json": "recovered", "stream": "recovered"} for name in NAIVE}
 RESILIENT["malformed_tool_args"] = {"json": "recovered", "stream": "not fired"}
+for _name in ("context_length_exceeded", "invalid_api_key", "model_not_found"):
+    RESILIENT[_name] = {"json": "failed cleanly", "stream": "failed cleanly"}  # no retry cures it
+RESILIENT["content_filter"] = {"json": "recovered", "stream": "wrong answer"}
 
 
 @pytest.mark.timeout(240)

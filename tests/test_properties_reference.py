@@ -23,7 +23,7 @@ from chaosllm.resilience import (
     call_within,
     format_journal,
 )
-from chaosllm.strategies import fault_schedules
+from chaosllm.strategies import RECOVERABLE, fault_schedules
 from tests.helpers import EXAMPLES, recording, request_body
 
 sys.path.insert(0, str(EXAMPLES))
@@ -38,7 +38,9 @@ PROPERTY = settings(
 )
 # Small values keep the suite fast: a stall lasts longer than one attempt may.
 SCHEDULE_OPTIONS: dict[str, Any] = {"max_retry_after": 0.05, "max_delay_ms": 20, "stall_ms": 5000}
-DESTROYING = [t for t, spec in FAULT_TYPES.items() if not spec.delivers_answer]
+DESTROYING = [t for t in RECOVERABLE if not FAULT_TYPES[t].delivers_answer]
+"""The faults a retry cures that destroy the answer (a failure class no retry cures, such
+as ``insufficient_quota``, ends the call: the reference client does not retry it)."""
 
 TOOL_REQUEST = request_body("tool-call/0001", stream=False)
 TOOL_ANSWER = recording("tool-call/0001")["response"]["body"]["choices"][0]["message"]
@@ -89,7 +91,7 @@ def test_json_within_budget_returns_the_fault_free_answer(
 @given(
     schedule=fault_schedules(
         max_faults=MAX_ATTEMPTS - 1,
-        types=[t for t in FAULT_TYPES if t != "malformed_tool_args"],
+        types=[t for t in RECOVERABLE if t != "malformed_tool_args"],
         **SCHEDULE_OPTIONS,
     )
 )

@@ -125,13 +125,15 @@ def test_every_rendered_stream_reads_back_through_the_codec(
     request = {**data["request"]["body"], "stream": True}
     exchange = Exchange(
         provider=p.name,
-        request=RecordedRequest("POST", p.paths[0], data["request"]["body"]),
+        request=RecordedRequest("POST", data["request"]["path"], data["request"]["body"]),
         response=RecordedResponse(200, body),
         digest=p.digest(data["request"]["body"]),
         name=name,
         scenario=name.split("/")[0],
     )
     plan = p.render(exchange, request, timing=0)
+    if not dict(plan.headers)["content-type"].startswith("text/event-stream"):
+        pytest.skip("the request asks for another framing (Gemini without alt=sse)")
     frames = [piece.data.decode() for piece in plan.pieces]
     # One event per piece, and the body split again gives the same frames.
     assert all(len(list(iter_events([f]))) == 1 for f in frames)

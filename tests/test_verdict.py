@@ -73,6 +73,7 @@ def test_the_catalogue_says_which_failures_a_retry_cures() -> None:
         "empty_reply",
         "stall",
         "garbage",
+        "overloaded",
     }
     assert retryable_type("http_error") is None  # its status decides
     assert retryable_type("error_in_200") is None  # an answer came, damaged

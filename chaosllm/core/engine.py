@@ -66,6 +66,7 @@ from chaosllm.faults import (
     fault_applies,
 )
 from chaosllm.faults.live import Claimed, LiveChoice, LiveContext, LiveFault
+from chaosllm.faults.transform import paced
 from chaosllm.model import (
     JSON,
     Exchange,
@@ -369,6 +370,9 @@ class Engine:
         """Per session (the most recently used last), how many provider requests it made
         since the last reset (``match.turn``); the newest `max_sessions` sessions."""
         self._turns_lock = threading.Lock()
+        self._paced: dict[int, tuple[ResponsePlan, ResponsePlan]] = {}
+        """Renderings at the pace of ``--timing ttft=...`` without jitter, by rendering
+        (the same every time: kept, so the caches after it keep hitting)."""
         self.limiter: RateLimiter | None = None
         """The live rate limits (``--rate-limit``; `set_rate_limit`); None: off."""
         if config.rate_limit is not None:
@@ -465,6 +469,8 @@ class Engine:
         provider = request.call.provider
         exchange = mock_llm.for_request(exchange, request.body)
         plan = provider.render(exchange, request.body, timing=self.config.timing)
+        if self.config.pace is not None:
+            plan = self._at_pace(plan, request)
         answer = exchange.response.body
         limited = None
         limiter = self.limiter
@@ -751,6 +757,27 @@ class Engine:
 
     # -- faults -----------------------------------------------------------------------
 
+    def _draw_key(self, request: _Request) -> str:
+        """What seeds a request's random draws (a pace's jitter): the server seed, the
+        session and its request number, so ``--seed`` repeats them exactly."""
+        return f"{self.config.seed}:{request.call.session!r}:{request.turn}:timing"
+
+    def _at_pace(self, plan: ResponsePlan, request: _Request) -> ResponsePlan:
+        """`plan` at the pace of ``--timing ttft=...`` (`chaosllm.faults.transform.paced`)."""
+        pace = self.config.pace
+        assert pace is not None
+        provider = request.call.provider
+        if pace.jitter:
+            return paced(plan, pace, provider, self._draw_key(request))
+        kept = self._paced.get(id(plan))
+        if kept is not None and kept[0] is plan:
+            return kept[1]
+        result = paced(plan, pace, provider, "")
+        if len(self._paced) >= 1024:
+            self._paced.pop(next(iter(self._paced)), None)
+        self._paced[id(plan)] = (plan, result)
+        return result
+
     def _take_fault(
         self,
         request: _Request,
@@ -766,16 +793,26 @@ class Engine:
         answer is not known yet (a proxied request before it is forwarded); told of a fault
         that may match the answer (`FaultBoard.take`)."""
         provider, body, digest = request.call.provider, request.body, request.digest
-        path, timing = request.call.path, self.config.timing
+        path, timing, stream = request.call.path, self.config.timing, request.stream
 
         def render(new_answer: JSON) -> ResponsePlan:
             exchange = _rendered(provider, body, new_answer, path, digest)
-            return provider.render(exchange, body, timing=timing)
+            plan = provider.render(exchange, body, timing=timing)
+            return plan if self.config.pace is None else self._at_pace(plan, request)
 
-        ctx = FaultContext(provider=provider, stream=request.stream, answer=answer, render=render)
+        ctx = FaultContext(
+            provider=provider,
+            stream=stream,
+            answer=answer,
+            render=render,
+            request=body,
+            draw_key=self._draw_key(request),
+        )
 
         def applies(spec: FaultSpec) -> bool:
-            return (only is None or only(spec)) and fault_applies(spec, provider, answer)
+            return (only is None or only(spec)) and fault_applies(
+                spec, provider, answer, request=body, stream=stream
+            )
 
         info = replace(request.info, answer=answer, answer_known=waits is None)
         fired = self.board.take(info, applies, waits=waits)

@@ -80,6 +80,8 @@ class Param:
 
 Transform = Callable[[ResponsePlan, "FaultSpec", "FaultContext"], ResponsePlan]
 Applies = Callable[[Provider, JSON], bool]
+OnRequest = Callable[[Provider, JSON, bool], bool]
+"""Whether a fault can fire on a request: (provider, bound request body, stream)."""
 Alone = Callable[["FaultSpec", bool], bool]
 """Whether a fault's answer to a request (streaming or not) owes nothing to the answer it
 replaces (see `FaultType.answers_alone`)."""
@@ -103,6 +105,11 @@ def _before_a_head(spec: FaultSpec, stream: bool) -> bool:
     return not stream
 
 
+def _before_any_frame(spec: FaultSpec, stream: bool) -> bool:
+    """An error status, unless a stream is to break after ``after_chunks`` frames."""
+    return not stream or spec.param("after_chunks") is None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FaultType:
     name: str
@@ -118,6 +125,9 @@ class FaultType:
     params: Mapping[str, Param] = field(default_factory=dict)
     applies: Applies = t.always
     """Whether it can fire on an answer; when not, the fault is not consumed."""
+    on_request: OnRequest = t.any_request
+    """Whether it can fire on a request (``(provider, body, stream)``: the SSE quirks on
+    SSE streams only); when not, the fault is not consumed."""
     delivers_answer: bool = False
     """Whether the client still gets the whole answer (only slower)."""
     silence_param: str | None = None
@@ -317,6 +327,162 @@ CATALOGUE: tuple[FaultType, ...] = (
         answers_alone=_before_a_head,
         retryable=True,
         simplicity=10,
+    ),
+    FaultType(
+        name="context_length_exceeded",
+        summary="the provider's 400 for a request longer than the model's context window",
+        params={"message": _MESSAGE},
+        transform=t.context_length_exceeded,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=20,
+    ),
+    FaultType(
+        name="insufficient_quota",
+        summary="the provider's answer to an account whose quota or credit is spent (OpenAI: "
+        "a 429 without Retry-After)",
+        params={"message": _MESSAGE},
+        transform=t.insufficient_quota,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=21,
+    ),
+    FaultType(
+        name="content_filter",
+        summary="200, the answer cut by the provider's content filter, its finish reason "
+        "saying so (JSON and stream)",
+        transform=t.content_filter,
+        applies=t.can_filter,
+        retryable=False,
+        simplicity=22,
+    ),
+    FaultType(
+        name="invalid_api_key",
+        summary="the provider's answer to an API key (or credentials) it does not know",
+        params={"message": _MESSAGE},
+        transform=t.invalid_api_key,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=23,
+    ),
+    FaultType(
+        name="model_not_found",
+        summary="the provider's 404 for a model it does not have",
+        params={"message": _MESSAGE},
+        transform=t.model_not_found,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=24,
+    ),
+    FaultType(
+        name="overloaded",
+        summary="the provider's overload (Anthropic 529, others 503); with after_chunks, a "
+        "stream's error event after K frames",
+        params={
+            "after_chunks": Param(
+                int,
+                None,
+                "SSE frames sent before the error event (streaming requests; default: the "
+                "error status before any frame)",
+                0,
+            ),
+            "retry_after": _retry(None, Draw.RETRY_AFTER),
+            "message": _MESSAGE,
+        },
+        transform=t.overloaded,
+        answers_alone=_before_any_frame,
+        retryable=True,
+        simplicity=25,
+    ),
+    FaultType(
+        name="keepalive_comments",
+        summary="SSE comment lines (`: PROCESSING`) between frames, as OpenRouter sends",
+        params={
+            "every_frames": Param(int, 1, "a comment after every this many frames", 1),
+            "comment": Param(str, None, "the comment's text (default: PROCESSING)"),
+        },
+        transform=t.keepalive_comments,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=31,
+    ),
+    FaultType(
+        name="crlf_frames",
+        summary="SSE lines ended with CRLF",
+        transform=t.crlf_frames,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=32,
+    ),
+    FaultType(
+        name="data_no_space",
+        summary="SSE data lines with no space after the colon (`data:{...}`)",
+        transform=t.data_no_space,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=33,
+    ),
+    FaultType(
+        name="split_utf8",
+        summary="a multi-byte UTF-8 character split across two writes, gap_ms apart "
+        "(fires only on answers with non-ASCII text)",
+        params={
+            "gap_ms": Param(float, 50.0, "milliseconds between the two writes", 0, 60_000),
+        },
+        transform=t.split_utf8,
+        applies=t.has_non_ascii,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=34,
+    ),
+    FaultType(
+        name="restated_tool_args",
+        summary="the complete tool-call arguments sent again on the finish frame (Chat "
+        "Completions; fires only on answers with tool calls)",
+        transform=t.restated_tool_args,
+        applies=t.restates_arguments,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=35,
+    ),
+    FaultType(
+        name="filter_frames",
+        summary="Azure's content-filter frames: the prompt's first (`choices: []`), the "
+        "choices' asynchronous results last (Chat Completions)",
+        transform=t.filter_frames,
+        applies=t.has_filter_frames,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=36,
+    ),
+    FaultType(
+        name="usage_only_frame",
+        summary="a last usage frame with `choices: []` even when not asked for (Chat Completions)",
+        transform=t.usage_only_frame,
+        applies=t.has_usage_frame,
+        on_request=t.sse_stream,
+        delivers_answer=True,
+        simplicity=37,
+    ),
+    FaultType(
+        name="pace",
+        summary="the answer paced: the first frame after ttft_ms, then tps tokens a second, "
+        "with seeded jitter (a JSON answer's head after all of it)",
+        params={
+            "ttft_ms": Param(
+                float,
+                600.0,
+                "milliseconds before the first frame",
+                0,
+                3_600_000,
+                draw=Draw.DELAY_MS,
+            ),
+            "tps": Param(float, 50.0, "tokens a second after it (0: no rate)", 0, 1_000_000),
+            "jitter": Param(float, 0.0, "each gap scaled by a seeded draw in [1-j, 1+j]", 0, 1),
+        },
+        transform=t.pace,
+        delivers_answer=True,
+        simplicity=30,
     ),
 )
 """Every fault type, in the spec's order (the order listings and errors use)."""

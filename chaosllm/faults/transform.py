@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from chaosllm.config import Pace
 from chaosllm.model import JSON, Ending, Framing, Piece, ResponsePlan
-from chaosllm.providers.base import Provider
+from chaosllm.providers.base import Failure, Provider
 
 if TYPE_CHECKING:
     from chaosllm.faults.spec import FaultSpec
 
-__all__ = ["DEFAULT_GARBAGE", "FaultContext", "apply_fault", "fault_applies"]
+__all__ = ["DEFAULT_GARBAGE", "FaultContext", "apply_fault", "fault_applies", "paced"]
 
 DEFAULT_GARBAGE = (
     b"\x00\xff\xfe\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
@@ -50,16 +53,36 @@ class FaultContext:
     """The answer body the plan was rendered from."""
     render: Callable[[JSON], ResponsePlan]
     """Renders another answer body for the same request (no recorded frames)."""
+    request: JSON = None
+    """The (bound) request body, when known: what `FaultType.on_request` reads."""
+    draw_key: str = ""
+    """Seeds the random draws of a transform (a pace's jitter): the server seed and the
+    request's place in its session, so ``--seed`` repeats them exactly."""
 
 
-def fault_applies(spec: FaultSpec, provider: Provider, answer: JSON) -> bool:
-    """Whether `spec` can fire on `answer` (a fault that cannot is not consumed)."""
-    return spec.entry.applies(provider, answer)
+def fault_applies(
+    spec: FaultSpec,
+    provider: Provider,
+    answer: JSON,
+    *,
+    request: JSON = None,
+    stream: bool | None = None,
+) -> bool:
+    """Whether `spec` can fire on `answer` (a fault that cannot is not consumed); given
+    `stream` (and the `request` body), also whether it can fire on that request
+    (`FaultType.on_request`: the SSE quirks fire on SSE streams only)."""
+    entry = spec.entry
+    if stream is not None and not entry.on_request(provider, request, stream):
+        return False
+    return entry.applies(provider, answer)
 
 
 def apply_fault(spec: FaultSpec, plan: ResponsePlan, ctx: FaultContext) -> ResponsePlan | None:
-    """The plan after the fault, or None when it does not apply to `ctx.answer`."""
+    """The plan after the fault, or None when it does not apply to `ctx.answer` (or, the
+    request known, to `ctx.request`)."""
     entry = spec.entry
+    if ctx.request is not None and not entry.on_request(ctx.provider, ctx.request, ctx.stream):
+        return None
     if not entry.applies(ctx.provider, ctx.answer):
         return None
     return entry.transform(plan, spec, ctx)
@@ -78,6 +101,47 @@ def is_object(provider: Provider, answer: JSON) -> bool:
 
 def has_tool_arguments(provider: Provider, answer: JSON) -> bool:
     return isinstance(answer, dict) and provider.break_tool_arguments(answer) is not None
+
+
+def can_filter(provider: Provider, answer: JSON) -> bool:
+    """An answer the protocol's content filter can cut (`Provider.filtered_answer`)."""
+    return isinstance(answer, dict) and provider.filtered_answer(answer) is not None
+
+
+def any_request(provider: Provider, request: JSON, stream: bool) -> bool:
+    return True
+
+
+def sse_stream(provider: Provider, request: JSON, stream: bool) -> bool:
+    """A streaming request answered with Server-Sent Events (`Provider.streams_sse`)."""
+    return stream and provider.streams_sse(request)
+
+
+def has_non_ascii(provider: Provider, answer: JSON) -> bool:
+    """An answer with a character beyond ASCII somewhere (what ``split_utf8`` splits)."""
+    return _non_ascii(answer)
+
+
+def has_usage_frame(provider: Provider, answer: JSON) -> bool:
+    return provider.usage_frame(answer) is not None
+
+
+def has_filter_frames(provider: Provider, answer: JSON) -> bool:
+    return provider.filter_frames(answer) is not None
+
+
+def restates_arguments(provider: Provider, answer: JSON) -> bool:
+    return provider.restated_arguments(answer) is not None
+
+
+def _non_ascii(value: JSON) -> bool:
+    if isinstance(value, str):
+        return not value.isascii()
+    if isinstance(value, dict):
+        return any(_non_ascii(k) or _non_ascii(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_non_ascii(v) for v in value)
+    return False
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -246,3 +310,213 @@ def garbage(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponseP
             noise = ctx.provider.corrupt_frame(plan.pieces[len(kept)].data) or noise
         return plan.with_(pieces=(*kept, Piece(noise)), ending=Ending.CLOSE)
     return plan.with_(send_head=False, pieces=(Piece(noise, frame=False),), ending=Ending.CLOSE)
+
+
+# -- the named failure classes (`Failure`: each protocol words them, `Provider.failure`) ----
+
+
+def _failure_plan(
+    spec: FaultSpec, ctx: FaultContext, failure: Failure, retry_after: float | None = None
+) -> ResponsePlan:
+    reply = ctx.provider.failure(failure, ctx.request, spec.param("message"))
+    headers = [("content-type", "application/json"), *reply.headers]
+    if retry_after is not None:
+        headers.append(("retry-after", str(math.ceil(retry_after))))
+        headers.append(("retry-after-ms", str(int(retry_after * 1000))))
+    data = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
+    return ResponsePlan(
+        status=reply.status, headers=tuple(headers), pieces=(Piece(data, frame=False),)
+    )
+
+
+def context_length_exceeded(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _failure_plan(spec, ctx, Failure.CONTEXT_TOO_LONG)
+
+
+def insufficient_quota(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _failure_plan(spec, ctx, Failure.QUOTA_EXHAUSTED)
+
+
+def invalid_api_key(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _failure_plan(spec, ctx, Failure.KEY_REFUSED)
+
+
+def model_not_found(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _failure_plan(spec, ctx, Failure.NO_SUCH_MODEL)
+
+
+def overloaded(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    """The overload status; with ``after_chunks`` on a stream, K frames and then the
+    protocol's error event (Anthropic's ``overloaded_error``) instead of the rest."""
+    after_chunks = spec.param("after_chunks")
+    if after_chunks is not None and _streaming(plan, ctx):
+        message = spec.param("message")
+        frame = Piece(ctx.provider.failure_frame(Failure.OVERLOADED, ctx.request, message))
+        return plan.with_(pieces=(*_cut(plan, ctx, after_chunks), frame))
+    return _failure_plan(spec, ctx, Failure.OVERLOADED, spec.param("retry_after"))
+
+
+def content_filter(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    filtered = ctx.provider.filtered_answer(ctx.answer)
+    assert filtered is not None, "apply_fault checks can_filter first"
+    return ctx.render(filtered)
+
+
+# -- the pace (``--timing ttft=...,tps=...``, and the fault that paces one answer) ---------
+
+
+def paced(plan: ResponsePlan, pace: Pace, provider: Provider, draw_key: str) -> ResponsePlan:
+    """`plan` at `pace`: a stream's first piece after the ttft, each later frame after its
+    tokens (`Provider.frame_tokens`) at ``tps`` (pieces that are no frame: none), a JSON
+    answer's head after the ttft and its whole text's tokens; every gap scaled by a factor
+    drawn from [1 - jitter, 1 + jitter] by ``Random(draw_key)``, so the same key gives the
+    same gaps. The rendered gaps are replaced; ``head_delay_ms`` and a fault's are kept."""
+    rng = random.Random(draw_key)
+    jitter = pace.jitter
+
+    def scaled(ms: float) -> float:
+        return ms * (1.0 + jitter * (2.0 * rng.random() - 1.0)) if jitter and ms else ms
+
+    per_token = 1000.0 / pace.tps if pace.tps else 0.0
+    if plan.framing is not Framing.CHUNKED:
+        if not plan.send_head or plan.status >= 400:
+            return plan
+        answer_ms = 0.0
+        if per_token:
+            try:
+                answer_ms = provider.text_tokens(json.loads(plan.body())) * per_token
+            except ValueError:
+                answer_ms = 0.0
+        return plan.with_(head_delay_ms=plan.head_delay_ms + scaled(pace.ttft_ms + answer_ms))
+    pieces = []
+    for i, piece in enumerate(plan.pieces):
+        if i == 0:
+            gap = pace.ttft_ms
+        else:
+            gap = provider.frame_tokens(piece.data) * per_token if piece.frame else 0.0
+        pieces.append(Piece(piece.data, scaled(gap), piece.frame))
+    return plan.with_(pieces=tuple(pieces))
+
+
+def pace(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    tps = spec.param("tps")
+    chosen = Pace(ttft_ms=spec.param("ttft_ms"), tps=tps or None, jitter=spec.param("jitter"))
+    return paced(plan, chosen, ctx.provider, ctx.draw_key)
+
+
+# -- legal-but-nasty wire quirks (each leaves a valid stream) ----------------------------------
+
+
+def _stream_pieces(plan: ResponsePlan, ctx: FaultContext) -> tuple[Piece, ...] | None:
+    return plan.pieces if _streaming(plan, ctx) else None
+
+
+def keepalive_comments(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    if not pieces:
+        return plan
+    comment = (spec.param("comment") or "PROCESSING").replace("\r", " ").replace("\n", " ")
+    line = (": " + comment + "\n\n").encode("utf-8")
+    every, out = spec.param("every_frames"), []
+    for i, piece in enumerate(pieces):
+        out.append(piece)
+        if (i + 1) % every == 0 and i + 1 < len(pieces):
+            out.append(Piece(line, frame=False))
+    return plan.with_(pieces=tuple(out))
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def crlf_frames(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    if not pieces:
+        return plan
+    return plan.with_(
+        pieces=tuple(Piece(_LINE_END.sub(b"\r\n", p.data), p.delay_ms, p.frame) for p in pieces)
+    )
+
+
+_DATA_SPACE = re.compile(rb"(?m)^data: ")
+
+
+def data_no_space(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    if not pieces:
+        return plan
+    return plan.with_(
+        pieces=tuple(Piece(_DATA_SPACE.sub(b"data:", p.data), p.delay_ms, p.frame) for p in pieces)
+    )
+
+
+_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
+
+
+def _multibyte(data: bytes) -> tuple[bytes, int] | None:
+    """`data` (a frame) with a multi-byte UTF-8 character in it, and the offset of its
+    first byte: the first one the frame has, else its first ``\\uXXXX`` escape of a
+    character beyond ASCII (no surrogate) written out as UTF-8, the same JSON."""
+    for i, byte in enumerate(data):
+        if byte >= 0xC0:
+            return data, i
+    for found in _ESCAPE.finditer(data):
+        code = int(found.group(1), 16)
+        if code >= 0x80 and not 0xD800 <= code <= 0xDFFF:
+            start = found.start()
+            # an escaped backslash before it makes it no escape
+            backslashes = len(data[:start]) - len(data[:start].rstrip(b"\\"))
+            if backslashes % 2 == 0:
+                char = chr(code).encode("utf-8")
+                return data[:start] + char + data[found.end() :], start
+    return None
+
+
+def split_utf8(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    if not pieces:
+        return plan
+    for at, piece in enumerate(pieces):
+        found = _multibyte(piece.data) if piece.frame else None
+        if found is None:
+            continue
+        data, start = found
+        cut = start + 1  # after the lead byte: both halves are invalid UTF-8 alone
+        first = Piece(data[:cut], piece.delay_ms, piece.frame)
+        second = Piece(data[cut:], spec.param("gap_ms"), frame=False)
+        return plan.with_(pieces=(*pieces[:at], first, second, *pieces[at + 1 :]))
+    return plan
+
+
+def _before_the_end(pieces: tuple[Piece, ...], extra: Piece) -> tuple[Piece, ...]:
+    """`extra` before the stream's last piece (its terminator), or last when it has one
+    piece or none."""
+    if len(pieces) < 2:
+        return (*pieces, extra)
+    return (*pieces[:-1], extra, pieces[-1])
+
+
+def usage_only_frame(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    frame = ctx.provider.usage_frame(ctx.answer)
+    if not pieces or frame is None or any(ctx.provider.carries_usage(p.data) for p in pieces):
+        return plan  # asked for: the usage frame is there already
+    return plan.with_(pieces=_before_the_end(pieces, Piece(frame)))
+
+
+def filter_frames(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    frames = ctx.provider.filter_frames(ctx.answer)
+    if not pieces or frames is None:
+        return plan
+    first, last = frames
+    return plan.with_(pieces=(Piece(first), *_before_the_end(pieces, Piece(last))))
+
+
+def restated_tool_args(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    pieces = _stream_pieces(plan, ctx)
+    arguments = ctx.provider.restated_arguments(ctx.answer)
+    if not pieces or arguments is None:
+        return plan
+    restate = ctx.provider.restate_arguments
+    out = tuple(Piece(restate(p.data, arguments), p.delay_ms) if p.frame else p for p in pieces)
+    return plan.with_(pieces=out)

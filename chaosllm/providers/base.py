@@ -83,8 +83,47 @@ __all__ = [
 
 JSON_HEADERS: Final = (("content-type", "application/json"),)
 
+TEXT_KEYS: Final = frozenset(
+    {
+        "content",
+        "text",
+        "arguments",
+        "partial_json",
+        "thinking",
+        "refusal",
+        "delta",
+        "reasoning",
+        "reasoning_content",
+        "response",
+        "input",
+        "args",
+    }
+)
+"""Keys whose string values (anywhere in an answer or a stream payload) are generated
+text, what `Provider.text_tokens` counts: chat and Ollama ``content``, Anthropic, Gemini
+and Bedrock ``text``, tool-call ``arguments`` / ``partial_json`` / ``input`` / ``args``,
+the Responses API's ``delta``, reasoning, Ollama's ``response``."""
+
 # A piece of streamed text: a word with the whitespace before it (how tokens look).
 _TEXT_PIECE = re.compile(r"\s*\S+|\s+")
+
+
+def _text_length(value: JSON) -> int:
+    """The characters of the strings under `TEXT_KEYS` anywhere in `value`."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(inner, str):
+                    if key in TEXT_KEYS:
+                        total += len(inner)
+                elif isinstance(inner, (dict, list)):
+                    stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 def canonical_json(value: JSON) -> str:
@@ -456,6 +495,65 @@ class Provider(abc.ABC):
         message with a wrong CRC), what ``garbage`` sends mid-stream without ``data``;
         None (the default): the framing has no checksum, the noise is sent instead."""
         return None
+
+    # -- what the pace and the wire quirks need (legal but unusual streams) -----------
+
+    def streams_sse(self, body: JSON) -> bool:
+        """Whether a stream answering request `body` is Server-Sent Events (what the SSE
+        quirks apply to): its content type says so (not Gemini's JSON array without
+        ``alt=sse``, Ollama's NDJSON or Bedrock's event stream)."""
+        return any(
+            key.lower() == "content-type" and value.lower().startswith("text/event-stream")
+            for key, value in self.stream_headers(self.stream_variant(body)[1])
+        )
+
+    def text_tokens(self, value: JSON) -> int:
+        """Estimated tokens of the text an answer (or a frame's payload) carries, what a
+        pace paces: its text's characters / 4, rounded up; by default the strings under
+        `TEXT_KEYS` anywhere in it."""
+        return -(-_text_length(value) // 4)
+
+    def frame_tokens(self, data: bytes) -> int:
+        """Estimated tokens of a stream frame (`text_tokens` of its payloads), at least 1."""
+        try:
+            text = self.frame_text(data)
+        except ValueError:
+            return 1
+        payloads = list(sse.iter_data([text])) or text.splitlines()
+        tokens = 0
+        for payload in payloads:
+            try:
+                tokens += self.text_tokens(json.loads(payload))
+            except ValueError:
+                continue
+        return max(1, tokens)
+
+    def usage_frame(self, answer: JSON) -> bytes | None:
+        """A frame carrying only the usage of a stream of `answer` (Chat Completions'
+        ``choices: []`` chunk, which some gateways send even when it is not asked for);
+        None (the default): the protocol has no such frame."""
+        return None
+
+    def carries_usage(self, frame: bytes) -> bool:
+        """Whether a stream frame is the usage-only frame of `usage_frame`."""
+        return False
+
+    def filter_frames(self, answer: JSON) -> tuple[bytes, bytes] | None:
+        """Azure's content-filter frames around a stream of `answer`: the prompt's results
+        first (``choices: []``), the choices' asynchronous filter results last;
+        None (the default): the protocol has none."""
+        return None
+
+    def restated_arguments(self, answer: JSON) -> dict[int, dict[int, str]] | None:
+        """Per choice, per tool-call index, the complete arguments of the answer's tool
+        calls, for a protocol some gateways restate them for on the finish frame (Chat
+        Completions); None (the default): not this protocol, or no tool calls."""
+        return None
+
+    def restate_arguments(self, frame: bytes, arguments: Mapping[int, Mapping[int, str]]) -> bytes:
+        """`frame` with the complete `arguments` (`restated_arguments`) restated for the
+        same tool-call indexes when it finishes a choice that has them; itself otherwise."""
+        return frame
 
     # -- the conversation (the request-validator oracle) ------------------------------
 

@@ -125,6 +125,20 @@ data_chunks = _data_chunks
 protocols built on Chat Completions)."""
 
 
+_SAFE_FILTERS = {
+    name: {"filtered": False, "severity": "safe"}
+    for name in ("hate", "self_harm", "sexual", "violence")
+}
+"""Azure's filter results of text that passed every filter."""
+
+
+def _answer_base(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields every chunk of a stream of `answer` starts with."""
+    base = {k: answer[k] for k in _CHUNK_BASE if k in answer}
+    base["object"] = "chat.completion.chunk"
+    return base
+
+
 def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
     """The usage chunk a frame is (``choices: []`` and a usage), else None; with `base`,
     the fields every chunk of a frame starts with (id, object, created, model...)."""
@@ -398,6 +412,86 @@ class OpenAIChat(OpenAIProvider):
             return False
         # The API ends a stream that fails with an error event (and no [DONE]).
         return isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk
+
+    # -- what the wire quirks need ----------------------------------------------
+
+    def usage_frame(self, answer: JSON) -> bytes | None:
+        """The usage chunk (``choices: []``) of a stream of `answer` (its usage, estimated
+        when it has none)."""
+        if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
+            return None
+        served = self.served_answer(answer, None)
+        payload = {**_answer_base(answer), "choices": [], "usage": served.get("usage")}
+        return data_frame(payload).encode("utf-8")
+
+    def carries_usage(self, frame: bytes) -> bool:
+        return _usage_chunk(frame.decode("utf-8", "replace")) is not None
+
+    def filter_frames(self, answer: JSON) -> tuple[bytes, bytes] | None:
+        """Azure's: first the prompt's filter results (``choices: []``, empty id and model),
+        last each choice's asynchronous filter results and offsets, as Azure sends them
+        around a stream (the answer's own results, else all "safe"); with an empty delta,
+        which Azure leaves out (the openai SDK then gives ``delta=None``), so that the
+        stream stays valid Chat Completions."""
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list):
+            return None
+        empty = {"created": 0, "id": "", "model": "", "object": ""}
+        prompt = answer.get("prompt_filter_results") or [
+            {"prompt_index": 0, "content_filter_results": _SAFE_FILTERS}
+        ]
+        trailing = []
+        for i, choice in enumerate(choices):
+            choice = choice if isinstance(choice, dict) else {}
+            content = (choice.get("message") or {}).get("content")
+            size = len(content) if isinstance(content, str) else 0
+            results = choice.get("content_filter_results") or _SAFE_FILTERS
+            trailing.append(
+                {
+                    "content_filter_offsets": {
+                        "check_offset": 0,
+                        "start_offset": 0,
+                        "end_offset": size,
+                    },
+                    "content_filter_results": results,
+                    "delta": {},
+                    "finish_reason": None,
+                    "index": choice.get("index", i),
+                }
+            )
+        first = data_frame({"choices": [], **empty, "prompt_filter_results": prompt})
+        last = data_frame({"choices": trailing, **empty})
+        return first.encode("utf-8"), last.encode("utf-8")
+
+    def restated_arguments(self, answer: JSON) -> dict[int, dict[int, str]] | None:
+        found: dict[int, dict[int, str]] = {}
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        for i, choice in enumerate(choices if isinstance(choices, list) else ()):
+            message = choice.get("message") if isinstance(choice, dict) else None
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for k, call in enumerate(calls if isinstance(calls, list) else ()):
+                function = call.get("function") if isinstance(call, dict) else None
+                arguments = function.get("arguments") if isinstance(function, dict) else None
+                if isinstance(arguments, str) and arguments:
+                    found.setdefault(choice.get("index", i), {})[call.get("index", k)] = arguments
+        return found or None
+
+    def restate_arguments(self, frame: bytes, arguments: Mapping[int, Mapping[int, str]]) -> bytes:
+        """The finish chunk of a choice with tool calls, its delta carrying every call's
+        complete arguments again (``{"index": k, "function": {"arguments": ...}}``)."""
+        chunks = list(_data_chunks([frame.decode("utf-8", "replace")]))
+        if len(chunks) != 1 or chunks[0] is None:
+            return frame
+        chunk, changed = chunks[0], False
+        for choice in chunk.get("choices") or []:
+            calls = arguments.get(choice.get("index", 0)) if isinstance(choice, dict) else None
+            if calls and choice.get("finish_reason"):
+                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                delta["tool_calls"] = [
+                    {"index": k, "function": {"arguments": calls[k]}} for k in sorted(calls)
+                ]
+                choice["delta"], changed = delta, True
+        return data_frame(chunk).encode("utf-8") if changed else frame
 
     # -- what faults need -------------------------------------------------------
 

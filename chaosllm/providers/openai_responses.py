@@ -312,6 +312,19 @@ class OpenAIResponses(OpenAIProvider):
             pass
         return last in TERMINAL_EVENTS
 
+    def frame_tokens(self, data: bytes) -> int:
+        """Only the ``*.delta`` events carry new text (``*.done`` and ``response.*``
+        events restate what came before), at least 1."""
+        tokens = 0
+        for _, payload in iter_events([data.decode("utf-8", "replace")]):
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and str(event.get("type", "")).endswith(".delta"):
+                tokens += self.text_tokens({"delta": event.get("delta")})
+        return max(1, tokens)
+
     # -- what faults need -------------------------------------------------------
 
     def stream_error_frame(self, message: str, *, status: int) -> bytes:

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from chaosllm.faults import FAULT_TYPES, Draw
+from chaosllm.faults.transform import any_request
 
 __all__ = ["RECOVERABLE", "SIMPLEST_FIRST", "fault_schedules", "faults", "resilience_settings"]
 
@@ -37,9 +38,16 @@ SIMPLEST_FIRST: tuple[str, ...] = tuple(
 )
 """Every fault type, the simplest to reason about first (what examples shrink toward)."""
 
-RECOVERABLE: tuple[str, ...] = SIMPLEST_FIRST
-"""Types a careful client can recover from by retrying (all of them: each fault is
-one-shot unless armed otherwise, so the next attempt gets the real answer)."""
+RECOVERABLE: tuple[str, ...] = tuple(
+    name for name in SIMPLEST_FIRST if FAULT_TYPES[name].retryable is not False
+)
+"""Types a careful client can recover from by retrying (each fault is one-shot unless
+armed otherwise, so the next attempt gets the real answer): all but the failure classes
+no retry cures (`FaultType.retryable` False: ``insufficient_quota``,
+``context_length_exceeded``...), which a careful client does not retry."""
+RECOVERABLE = tuple(name for name in RECOVERABLE if FAULT_TYPES[name].on_request is any_request)
+"""(Nor the wire quirks, which fire on SSE streams only and break no careful client: drawn
+only when named, as ``types=["crlf_frames", ...]``.)"""
 
 _RETRYABLE_STATUSES = (500, 502, 503, 504, 529)
 
@@ -53,7 +61,7 @@ resilience_settings = settings(
 
 def _check_types(types: Sequence[str] | None) -> tuple[str, ...]:
     if types is None:
-        return SIMPLEST_FIRST
+        return RECOVERABLE
     if isinstance(types, str) or not isinstance(types, Sequence):
         raise InvalidArgument(f"types must be a sequence of fault type names, got {types!r}")
     if not types:
@@ -101,7 +109,8 @@ def faults(
     max_after_requests: int = 0,
     max_every: int = 1,
 ) -> st.SearchStrategy[dict[str, Any]]:
-    """One fault spec of one of `types` (default: every type, simplest first).
+    """One fault spec of one of `types` (default: `RECOVERABLE`, simplest first; a type no
+    retry cures is drawn only when named).
 
     - `max_after_chunks`: cuts happen after 0..N frames.
     - `max_retry_after`: Retry-After values drawn from 0..N seconds (429, 503).
