@@ -3,7 +3,13 @@
 - ``gaps``: N concurrent streams of a recording whose frames were recorded `gap_ms`
   apart, replayed with ``--timing recorded``; each frame's arrival time is taken when the
   client reads the blank line that ends it, and the figure is the p99 over every gap of
-  every stream of |observed gap - recorded gap|.
+  every stream of |observed gap - recorded gap|. The same client measures aimock
+  (`aimock_fixtures`): aimock delays each of a stream's data chunks (the role delta, the
+  content pieces, the finish chunk), by ``--latency`` or by a fixture's
+  ``recordedTimings``, but writes ``[DONE]`` right after the finish chunk, with no delay
+  it can be told; so the client also reports the figure over the gaps between the data
+  frames only (``data_gaps``: the first ``FRAMES - 2`` gaps, the same for both servers)
+  and the observed gap before ``[DONE]`` (``done_gap_p50_ms``).
 - ``idle``: N keep-alive connections, each having made one request, held open; the
   driver reads the server's RSS before and after from /proc, and times a request on a
   fresh connection meanwhile.
@@ -82,6 +88,44 @@ def timed_recording(root: Path, frames: int = FRAMES, gap_ms: float = GAP_MS) ->
     return recordings
 
 
+AIMOCK_CHUNK = 4
+"""aimock's ``chunkSize`` for `aimock_fixtures`: its answer is ``FRAMES - 3`` pieces of
+this many characters, so that role delta + pieces + finish + ``[DONE]`` = `FRAMES` frames."""
+
+
+def aimock_fixtures(
+    root: Path, *, recorded_timings: bool, frames: int = FRAMES, gap_ms: float = GAP_MS
+) -> Path:
+    """A fixtures directory for aimock answering `timed_recording`'s request (the same
+    request file) with a stream of `frames` frames. With `recorded_timings`, the fixture
+    carries aimock's own replay timing (``recordedTimings``: the first data chunk after
+    ``ttftMs``, each next one after its ``interChunkDelaysMs``, all `gap_ms`); without,
+    it carries none and the server is started with ``--latency`` `gap_ms` (a delay before
+    every data chunk). Either way ``[DONE]`` follows the finish chunk at once."""
+    pieces = frames - 3
+    answer = "".join(f"w{i:02d} " for i in range(pieces))
+    assert len(answer) == pieces * AIMOCK_CHUNK
+    fixture: dict[str, Any] = {
+        "match": {"userMessage": "Count slowly, please."},
+        "response": {"content": answer},
+        "chunkSize": AIMOCK_CHUNK,
+    }
+    if recorded_timings:
+        data_chunks = frames - 1
+        fixture["recordedTimings"] = {
+            "ttftMs": gap_ms,
+            "interChunkDelaysMs": [gap_ms] * (data_chunks - 1),
+            "totalDurationMs": gap_ms * data_chunks,
+        }
+    name = "aimock-timed-recorded" if recorded_timings else "aimock-timed-latency"
+    directory = root / name
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "timed.json").write_text(
+        json.dumps({"fixtures": [fixture]}, indent=2), encoding="utf-8"
+    )
+    return directory
+
+
 def _raise_nofile(wanted: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = min(hard, max(soft, wanted)) if hard != resource.RLIM_INFINITY else wanted
@@ -125,23 +169,36 @@ async def _gaps(host: str, port: int, n: int, body: bytes) -> dict[str, Any]:
     start.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     errors: list[float] = []
+    data_errors: list[float] = []
+    done_gaps: list[float] = []
     complete = 0
     for arrivals in results:
         if isinstance(arrivals, BaseException) or len(arrivals) < FRAMES:
             continue
         complete += 1
-        errors.extend(abs((b - a) * 1000 - GAP_MS) for a, b in itertools.pairwise(arrivals))
-    errors.sort()
+        gaps = [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+        errors.extend(abs(gap - GAP_MS) for gap in gaps)
+        data_errors.extend(abs(gap - GAP_MS) for gap in gaps[: FRAMES - 2])
+        done_gaps.append(gaps[-1])
+    for values in (errors, data_errors, done_gaps):
+        values.sort()
 
-    def pct(q: float) -> float | None:
-        return round(errors[min(len(errors) - 1, int(q * len(errors)))], 2) if errors else None
+    def pct(values: list[float], q: float) -> float | None:
+        return round(values[min(len(values) - 1, int(q * len(values)))], 2) if values else None
 
     return {
         "streams": n,
         "complete": complete,
-        "p50_ms": pct(0.5),
-        "p99_ms": pct(0.99),
+        "p50_ms": pct(errors, 0.5),
+        "p99_ms": pct(errors, 0.99),
         "max_ms": round(errors[-1], 2) if errors else None,
+        "data_gaps": {
+            "gaps_per_stream": FRAMES - 2,
+            "p50_ms": pct(data_errors, 0.5),
+            "p99_ms": pct(data_errors, 0.99),
+            "max_ms": round(data_errors[-1], 2) if data_errors else None,
+        },
+        "done_gap_p50_ms": pct(done_gaps, 0.5),
     }
 
 
