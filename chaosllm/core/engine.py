@@ -219,6 +219,24 @@ class _Request:
         }
 
 
+_LANES = 1024
+"""How many quiet replays the engine keeps (`Engine._open_lane`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Lane:
+    """A quiet anonymous replay worked out once: the prepared body it answers, the
+    recording the matcher chose, the plan sent, and its journal record after the sequence
+    number and times (`JournalRecord[3:]`)."""
+
+    prepared: _Prepared
+    exchange: Exchange
+    plan: ResponsePlan
+    record: tuple[Any, ...]
+    cors: bool
+    """Whether DocsGPT's hash-keyed mode added its CORS headers (a reload may change it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     """What a request body alone decides (see `Engine._prepare`). Shared by every request
@@ -356,6 +374,8 @@ class Engine:
             tuple[JSON, Exchange, Exchange, tuple[dict[str, Any], ...], Refusal | None],
         ] = {}
         """Reviews of exact matches (`_review`), by prepared body and exchange."""
+        self._lanes: dict[int, _Lane] = {}
+        """Quiet replays worked out once (`_lane_reply`), by prepared body."""
         self._headed: dict[
             tuple[int, Headers],
             tuple[ResponsePlan, tuple[ResponsePlan, int | None, str, tuple[str, ...]]],
@@ -425,6 +445,12 @@ class Engine:
                 )
                 return Reply(plan, entry)
             self._prepared.put(key, prepared)
+        if call.session is None and self._lanes:
+            lane = self._lanes.get(id(prepared))
+            if lane is not None and lane.prepared is prepared:
+                quick = self._lane_reply(lane, call)
+                if quick is not None:
+                    return quick
         body = prepared.body
         request = _Request(call, body, prepared.digest, prepared.stream, prepared.model, turn)
         findings = [dict(f) for f in prepared.findings]
@@ -516,6 +542,8 @@ class Engine:
             fired.request_seq = entry.seq
         if match is not None:
             self._remember_reask(request.call.session, exchange, match, fired, entry.seq)
+            if fired is None and pieces is None and limited is None:
+                self._open_lane(request, exchange, match, plan, entry)
         return Reply(
             plan,
             entry,
@@ -523,6 +551,76 @@ class Engine:
             consumed=consumed,
             fired=fired,
         )
+
+    # -- the quiet lane -----------------------------------------------------------------
+
+    def _quiet(self) -> bool:
+        """Whether nothing but the recording decides an anonymous replay's answer: no fault
+        armed, no live rate limit, no pace, no re-ask waiting, no live workspace."""
+        return (
+            not len(self.board)
+            and self.limiter is None
+            and self.config.pace is None
+            and not self._reasks
+            and self.matcher.workspace is None
+        )
+
+    def _open_lane(
+        self,
+        request: _Request,
+        exchange: Exchange,
+        match: Match,
+        plan: ResponsePlan,
+        entry: JournalEntry,
+    ) -> None:
+        """After an anonymous exact replay that nothing else shaped (no fault, finding,
+        template, fresh ids, mock-LLM directive or delay): keep its plan and journal record,
+        so that the same request repeated while the server is quiet is answered with them
+        (`_lane_reply`), the matcher still choosing (and advancing) the recording."""
+        call = request.call
+        if (
+            call.session is not None
+            or call.headers
+            or match.strategy is not Strategy.EXACT
+            or match.request is not None
+            or exchange is not match.exchange
+            or request.fields.get("findings")
+            or mock_llm.MARKER in call.body
+            or not self._quiet()
+        ):
+            return
+        prepared = self._prepared.get(
+            (_bound_key(call) if call.provider.path_templates else call.provider.name, call.body)
+        )
+        if prepared is None or prepared.body is not request.body:
+            return
+        lanes = self._lanes
+        if len(lanes) >= _LANES:
+            lanes.pop(next(iter(lanes)), None)
+        cors = mock_llm.hash_keyed_mode(self.store.alias_keyings, call.provider.name)
+        lanes[id(prepared)] = _Lane(prepared, exchange, plan, entry.record[3:], cors)
+
+    def _lane_reply(self, lane: _Lane, call: ProviderCall) -> Reply | None:
+        """The kept answer to a quiet anonymous replay repeated (see `_open_lane`), when the
+        server is still quiet and the matcher still picks the same recording (else None:
+        the request takes the whole way)."""
+        if call.headers or not self._quiet():
+            return None
+        provider = call.provider
+        if mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name) is not lane.cors:
+            return None
+        prepared = lane.prepared
+        try:
+            match = self.matcher.match(
+                provider, prepared.body, prepared.digest, None, consume=False
+            )
+        except NoMatch:
+            return None
+        if match.exchange is not lane.exchange or match.strategy is not Strategy.EXACT:
+            return None
+        self.matcher.consume(match, None)
+        entry = self.journal.add_like(lane.record)
+        return Reply(lane.plan, entry, recording=lane.exchange.name, consumed=True)
 
     def _review(
         self, provider: Provider, body: JSON, match: Match, findings: list[dict[str, Any]]
@@ -1139,6 +1237,7 @@ class Engine:
         for error in self.store.errors:
             log.warning("skipped recording %s", error)
         self.matcher.reloaded()
+        self._lanes.clear()
 
     def reset(self) -> None:
         """Disarm every fault, clear the journal and fault history, rewind sequences."""
@@ -1147,6 +1246,7 @@ class Engine:
         self.matcher.reset()
         self._minted.clear()
         self._reasks.clear()
+        self._lanes.clear()
         with self._turns_lock:
             self._turns.clear()
         if self.limiter is not None:

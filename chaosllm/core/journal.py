@@ -241,6 +241,19 @@ class Journal:
             self._entries.append(entry)
             return entry
 
+    def add_like(self, rest: tuple[Any, ...]) -> JournalEntry:
+        """A new entry whose record has the next sequence number, the clock's time and
+        `rest`, the fields after ``monotonic`` of a `JournalRecord` (another record's
+        ``[3:]``): the engine's quiet lane journals a replay repeated as it is."""
+        clock = self.clock
+        with self._lock:
+            record = tuple.__new__(
+                JournalRecord, (next(self._counter), clock.wall(), clock.monotonic(), *rest)
+            )
+            entry = JournalEntry(record)
+            self._entries.append(entry)
+            return entry
+
     def amend(self, entry: JournalEntry, **changes: Any) -> None:
         """Replace the entry's record by one with `changes` (a proxied answer arrived)."""
         with self._lock:
