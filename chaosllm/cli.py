@@ -24,7 +24,6 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
-from chaosllm.doctor import diagnose
 from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
@@ -32,22 +31,9 @@ from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
 from chaosllm.store.formats import IMPORTABLE
-from chaosllm.store.formats.importer import import_recordings
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import list_profiles, load_profile
 from chaosllm.store.recordings import RecordingStore, shipped_dir
-from chaosllm.testing.probe import (
-    BaselineFailed,
-    ProbeRun,
-    Verdict,
-    compare_reports,
-    default_faults,
-    load_baseline,
-    probe,
-    render_html,
-    render_junit,
-    render_matrix,
-)
 
 __all__ = ["main"]
 
@@ -424,12 +410,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from chaosllm.doctor import diagnose  # what `serve` never needs is imported when used
+
     report = diagnose(args.dirs or [shipped_dir("recordings")])
     print(json.dumps(report.to_json(), indent=2) if args.json else report.render())
     return 0 if report.ok(strict=args.strict) else 1
 
 
 def _import(args: argparse.Namespace) -> int:
+    from chaosllm.store.formats.importer import import_recordings
+
     result = import_recordings(args.format, args.src, args.dest, overwrite=args.force)
     for error in result.errors:
         print(f"chaosllm: error: {error}", file=sys.stderr)
@@ -516,6 +506,19 @@ def _fault(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    from chaosllm.testing.probe import (
+        BaselineFailed,
+        ProbeRun,
+        Verdict,
+        compare_reports,
+        default_faults,
+        load_baseline,
+        probe,
+        render_html,
+        render_junit,
+        render_matrix,
+    )
+
     command = list(args.program)
     if command[:1] == ["--"]:
         command = command[1:]
