@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import openai
@@ -37,8 +37,9 @@ FAST = settings(
     report_multiple_bugs=False,
     database=None,
     suppress_health_check=list(HealthCheck),
+    phases=[p for p in Phase if p is not Phase.explain],
 )
-"""Small, deterministic runs: each example starts a server and makes real requests."""
+"""Small, deterministic runs: each example makes real requests."""
 
 
 TASKS = 3
@@ -47,13 +48,37 @@ session the server mints fresh ids each time it serves a recording whole, as the
 (a retry of a broken answer gets the ids it had)."""
 
 
+_SDKS: dict[str, openai.OpenAI] = {}
+"""One SDK client per server: a machine class's runs share its server, and building a client
+costs more than a run (its TLS context)."""
+
+
 def _sdk(machine: AgentMachine) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=machine.server.base_url,
-        api_key="test",
-        max_retries=0,
-        default_headers={"X-Chaosllm-Session": "agent"},
-    )
+    url = machine.server.base_url
+    sdk = _SDKS.get(url)
+    if sdk is None:
+        sdk = _SDKS[url] = openai.OpenAI(
+            base_url=url,
+            api_key="test",
+            max_retries=0,
+            default_headers={"X-Chaosllm-Session": "agent"},
+        )
+    return sdk
+
+
+def _machines(cls: type[AgentMachine] = AgentMachine) -> Iterator[type[AgentMachine]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _machines(sub)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_shared() -> Iterator[None]:
+    yield
+    for machine in list(_machines()):
+        machine.stop_server()
+    while _SDKS:
+        _SDKS.popitem()[1].close()
 
 
 class _LoopMachine(AgentMachine):
@@ -71,7 +96,7 @@ class _LoopMachine(AgentMachine):
         return agent.answers
 
     def close_agent(self, agent: AgentLoop) -> None:
-        self.sdk.close()
+        pass  # the SDK client is shared by the class's runs
 
 
 # -- the reference resilient client ----------------------------------------------------
@@ -114,7 +139,8 @@ WEATHER_ANSWER = (
 
 @pytest.mark.timeout(60)
 def test_the_resilient_agent_keeps_every_invariant() -> None:
-    run_state_machine_as_test(ResilientAgentMachine, settings=FAST)
+    many = settings(FAST, max_examples=60, stateful_step_count=10)  # runs share a server
+    run_state_machine_as_test(ResilientAgentMachine, settings=many)
 
 
 def test_the_recorded_answer_is_what_the_agent_gets_without_faults() -> None:
@@ -202,41 +228,130 @@ def _parses(text: str) -> bool:
 
 class NaiveStreamingMachine(_LoopMachine):
     fault_types = ["dropped_connection"]
-    # The weather call's arguments are complete after 6 frames of 8.
+    # Cuts anywhere in the weather call's 8 frames: its arguments are complete after 6.
     fault_options = {"max_after_chunks": 7}
 
     def make_agent(self) -> AgentLoop:
         self.sdk = _sdk(self)
         agent = EagerStreamingAgent(self.sdk)
         agent.gives_up = (openai.APIError, ValueError)
-        agent.tasks = TASKS
-        return agent
+        return agent  # one task: its first turn is the tool call, then the answer
 
 
-@pytest.mark.skip(
-    reason="found only with stateful_step_count >= 6, and shrinking it then takes minutes "
-    "(each replay starts a server and streams): not yet within the 60 s budget"
+CATCH = settings(
+    NaiveStreamingMachine.TestCase.settings,
+    derandomize=True,
+    database=None,
+    max_examples=100,
+    stateful_step_count=10,
 )
+"""The machine's own defaults (no explain phase...), deterministic, runs of up to ten steps."""
+
+
 @pytest.mark.timeout(60)
 def test_the_naive_streaming_agent_is_caught_running_a_tool_twice() -> None:
     with pytest.raises(ResilienceViolation) as info:
-        run_state_machine_as_test(NaiveStreamingMachine, settings=settings(FAST, max_examples=40))
+        run_state_machine_as_test(NaiveStreamingMachine, settings=CATCH)
     message = str(info.value)
-    assert message.startswith("tool calls run more than once: call_")
-    # The shrunk run: arm a drop after the arguments arrived, then one step.
+    assert message.startswith(f"tool calls run more than once: {WEATHER_CALL}\n"), message
+    # The shrunk run: arm a drop after the arguments arrived (6 frames: the least that
+    # fails), then one step - the dropped stream and the retry that ran the call again.
     steps = re.findall(r"^  \d+\. (.*)$", message.split("journal:")[0], re.M)
     assert len(steps) <= 3, message
-    assert any(s.startswith("arm dropped_connection") for s in steps)
-    # The journal: the dropped stream, then the retry that ran the call again.
-    journal = message.split("journal:\n")[1]
-    assert "fault=dropped_connection" in journal
-    # hypothesis prints the same shrunk steps as code.
+    assert [s.split(" (")[0] for s in steps] == [
+        'arm dropped_connection{"after_chunks": 6}',
+        "step 1",
+    ], message
+    assert steps[1] == "step 1 (requests #1-#2)"
+    journal = message.split("journal:\n")[1].splitlines()
+    assert len(journal) == 2, message
+    assert "#1 session=agent" in journal[0] and "recording=tool-call/0001" in journal[0]
+    assert "fault=dropped_connection" in journal[0] and "frames=6 " in journal[0]
+    assert "#2 session=agent" in journal[1] and "fault=- frames=8 " in journal[1]
+    # hypothesis prints the same shrunk steps as code (the invariants' calls between them).
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    printed = [
-        line for line in notes.splitlines() if line.startswith("state.") and "teardown" not in line
-    ]
-    assert len(printed) == len(steps) <= 3, notes
-    assert "state.arm_fault(fault={" in notes and "'dropped_connection'" in notes
+    printed = re.findall(r"^state\.(arm_fault|agent_step)\((.*)\)$", notes, re.M)
+    assert printed == [
+        ("arm_fault", "fault={'type': 'dropped_connection', 'after_chunks': 6, 'remaining': 1}"),
+        ("agent_step", ""),
+    ], notes
+
+
+def test_the_machine_runs_without_the_explain_phase_by_default() -> None:
+    defaults = NaiveStreamingMachine.TestCase.settings
+    assert Phase.explain not in defaults.phases and Phase.shrink in defaults.phases
+    assert defaults.deadline is None and defaults.report_multiple_bugs is False
+
+    @settings(max_examples=3)
+    class Mine(NaiveStreamingMachine):
+        pass
+
+    assert Mine.TestCase.settings.max_examples == 3  # the user's settings replace them
+    assert Phase.explain in Mine.TestCase.settings.phases
+
+
+def test_runs_share_one_server_reset_at_the_start_of_each() -> None:
+    first = NaiveStreamingMachine()
+    try:
+        first._arm_fault({"type": "http_503", "remaining": 5})
+        first.agent_step()
+        assert first.server.requests(settle=0)
+    finally:
+        first.teardown()
+    second = NaiveStreamingMachine()
+    try:
+        assert second.server is first.server
+        assert second.server.requests(settle=0) == [] and second.server.faults()["armed"] == []
+        second.agent_step()  # fresh: the recorded ids, no fault left from the last run
+        assert second.agent.executed == [WEATHER_CALL]
+        assert [e["seq"] for e in second.server.requests(settle=0)] == [1]
+    finally:
+        second.teardown()
+
+
+def test_a_shared_server_arms_its_profile_again_for_each_run() -> None:
+    class Flaky(NaiveStreamingMachine):
+        server_options = {"profile": "flaky-provider"}
+
+    profile = ["http_503", "http_error", "dropped_connection"]
+    try:
+        for _ in range(2):
+            run = Flaky()
+            try:
+                assert [f["type"] for f in run.server.faults()["armed"]] == profile
+                # The profile's faults leave room for those the rules arm.
+                assert run._waiting() == 0
+                run._arm_fault({"type": "http_503", "remaining": 1})
+                run._arm_fault({"type": "http_429", "remaining": 1})
+                assert run._waiting() == 2 == run.max_armed
+            finally:
+                run.teardown()
+    finally:
+        Flaky.stop_server()
+
+
+def test_a_machine_that_does_not_share_gets_a_server_per_run() -> None:
+    class Own(NaiveStreamingMachine):
+        share_server = False
+
+        def make_agent(self) -> AgentLoop:
+            self.own = openai.OpenAI(base_url=self.server.base_url, api_key="t", max_retries=0)
+            self.sdk = self.own
+            return EagerStreamingAgent(self.own)
+
+        def close_agent(self, agent: AgentLoop) -> None:
+            self.own.close()
+
+    runs = [Own(), Own()]
+    try:
+        assert runs[0].server is not runs[1].server
+        runs[0].agent_step()
+        assert runs[0].agent.executed == [WEATHER_CALL]
+    finally:
+        for run in runs:
+            run.teardown()
+    for run in runs:  # each stopped at its teardown: it starts again
+        run.server.start().stop()
 
 
 # -- the other invariants, each caught ---------------------------------------------------------

@@ -17,13 +17,20 @@
 
     TestMyAgent = MyAgentMachine.TestCase
 
-Each run of the machine starts a `ChaosServer` (``self.server``; `recordings`, or the
-shipped ones, and `server_options`), builds the agent with `make_agent`, then runs rules
-in an order hypothesis chooses: ``arm_fault`` arms one fault drawn by
+The machine class starts one `ChaosServer` (``self.server``; `recordings`, or the
+shipped ones, and `server_options`) at its first run and keeps it for the runs that
+follow (hypothesis makes hundreds while it searches and shrinks): each run begins with
+``server.reset()`` (no fault armed, an empty journal and fault history, sequences and
+minted ids rewound), so a run sees the server as a fresh one would be; the URL stays the
+same, so an expensive client can be built once (``share_server = False``: a server per
+run, stopped at its teardown). Each run builds the agent with `make_agent`, then runs
+rules in an order hypothesis chooses: ``arm_fault`` arms one fault drawn by
 `chaosllm.strategies.faults` (``types=fault_types``, `fault_options`: drawn and shrunk
 exactly as `fault_schedules` draws them; armed faults fire in order, one request each),
-and ``agent_step`` calls `step_agent`. After every rule the invariants check the journal
-and the agent through its hooks:
+and ``agent_step`` calls `step_agent`. Cuts of a stream happen after 0..``max_after_chunks``
+frames (4 by default): to reach the end of the answers the agent gets, set it to their
+frame count less one (``fault_options = {"max_after_chunks": 7}`` for 8 frames). After
+every rule the invariants check the journal and the agent through its hooks:
 
 - ``no_tool_call_runs_twice``: the ids `executed_tools` returns are all different;
 - ``conversation_is_well_formed``: the request validator found nothing wrong with any
@@ -37,19 +44,26 @@ A hook that returns None (the default of `executed_tools` and `accepted_answers`
 its check off. Subclasses add their own ``@invariant()``s and rules. A violation raises
 `ResilienceViolation` saying what broke, the steps and faults of the run (hypothesis
 shrinks it to the shortest it finds, and prints the steps as code), and the journal;
-``teardown`` also notes the journal, for the subclass's own invariants. With several
-invariants, ``settings(report_multiple_bugs=False)`` reports one failure, not a group.
+``teardown`` also notes the journal, for the subclass's own invariants.
+
+A subclass's ``TestCase`` runs with these settings by default: no deadline, no health
+checks, one failure reported (not a group, when several invariants break), and no
+``explain`` phase (it replays the shrunk failure many more times, each replay real
+requests: it was most of what a failure cost). ``@settings(...)`` on the subclass
+replaces them; `run_state_machine_as_test` takes its own.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import threading
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hypothesis import currently_in_test_context, note
+from hypothesis import HealthCheck, Phase, currently_in_test_context, note, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from chaosllm.errors import ConfigError, ResilienceViolation
@@ -62,6 +76,23 @@ __all__ = ["AgentMachine"]
 
 _HISTORY = 1000
 """Steps of one run kept for the failure message (a run has stateful_step_count steps)."""
+
+
+_SERVERS: dict[type[AgentMachine], ChaosServer] = {}
+"""The server each machine class shares across its runs (one per class defined)."""
+_SERVERS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_servers() -> None:
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS.values())
+        _SERVERS.clear()
+    for server in servers:
+        server.stop()
+
+
+_PHASES = tuple(p for p in Phase if p is not Phase.explain)
 
 
 def _fault_label(spec: Mapping[str, Any]) -> str:
@@ -85,16 +116,27 @@ class AgentMachine(RuleBasedStateMachine):
     server_options: ClassVar[Mapping[str, Any]] = {}
     """Other keyword arguments for the `ChaosServer` (``seed``, ``on_miss``...)."""
     max_armed: ClassVar[int] = 2
-    """At most this many faults wait to fire: ``arm_fault`` is not drawn while as many are
-    armed (more would only wait, and runs would be spent arming rather than stepping)."""
+    """At most this many faults wait to fire: ``arm_fault`` is not drawn while as many of
+    those it armed are waiting (more would only wait, and runs would be spent arming
+    rather than stepping)."""
     settle: ClassVar[float] = 1.0
-    """Seconds to wait, after a step, for requests still being answered (their outcome)."""
+    """At most this many seconds to wait, after a step, for requests still being answered
+    (their outcome; the wait ends as soon as every request of the step is answered)."""
+    share_server: ClassVar[bool] = True
+    """One server for every run of the class, reset at the start of each (False: a server
+    per run, stopped in ``teardown``)."""
 
     server: ChaosServer
-    """The running server of this run (stopped in ``teardown``)."""
+    """The running server (reset for this run)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.TestCase.settings = settings(
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+            phases=_PHASES,
+        )
         own = vars(cls)
         if "fault_types" not in own and "fault_options" not in own:
             return  # inherits its parent's rule, if any
@@ -108,25 +150,51 @@ class AgentMachine(RuleBasedStateMachine):
             self._arm_fault(fault)
 
         arm_fault.__qualname__ = f"{cls.__qualname__}.arm_fault"
-        room = precondition(lambda self: len(self.server.state.board) < self.max_armed)
+        room = precondition(lambda self: self._waiting() < self.max_armed)
         cls.arm_fault = rule(fault=strategy)(room(arm_fault))
 
     def __init__(self) -> None:
         super().__init__()
         if not self.fault_types:
             raise ConfigError(f"{type(self).__name__} sets no fault_types")
-        self.server = ChaosServer(self.recordings, **dict(self.server_options)).start()
+        self.server = self._server()
         self.history: deque[str] = deque(maxlen=_HISTORY)
         """What the run did so far: one line per rule."""
         self._journal: list[dict[str, Any]] = []
         self._step_requests: list[dict[str, Any]] = []
         self._steps = 0
         self._answers = 0
+        self._armed: deque[str] = deque(maxlen=_HISTORY)
         try:
             self.agent = self.make_agent()
         except BaseException:
-            self.server.stop()
+            if not self.share_server:
+                self.server.stop()
             raise
+
+    def _server(self) -> ChaosServer:
+        if not self.share_server:
+            return ChaosServer(self.recordings, **dict(self.server_options)).start()
+        cls = type(self)
+        with _SERVERS_LOCK:
+            server = _SERVERS.get(cls)
+            if server is None:
+                server = ChaosServer(self.recordings, **dict(self.server_options)).start()
+                _SERVERS[cls] = server
+        server.reset()
+        profile = self.server_options.get("profile")
+        if profile is not None:  # armed as a new server arms it
+            server.arm_profile(profile)
+        return server
+
+    @classmethod
+    def stop_server(cls) -> None:
+        """Stop the server the class's runs share (the next run starts another); also done
+        at interpreter exit."""
+        with _SERVERS_LOCK:
+            server = _SERVERS.pop(cls, None)
+        if server is not None:
+            server.stop()
 
     # -- the user's hooks -------------------------------------------------------------
 
@@ -154,8 +222,17 @@ class AgentMachine(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------
 
+    def _waiting(self) -> int:
+        """How many of the faults ``arm_fault`` armed have not fired yet (a profile's
+        faults, or those a subclass arms, do not count)."""
+        if not self._armed:
+            return 0
+        armed = {f["id"] for f in self.server.state.board.armed()}
+        return sum(1 for i in self._armed if i in armed)
+
     def _arm_fault(self, fault: dict[str, Any]) -> None:
         (fault_id,) = self.server.arm(fault)
+        self._armed.append(fault_id)
         self.history.append(f"arm {_fault_label(fault)} ({fault_id})")
 
     @rule()
@@ -222,4 +299,5 @@ class AgentMachine(RuleBasedStateMachine):
                 note("journal:\n" + format_journal(self.server.requests(settle=0)))
             self.close_agent(self.agent)
         finally:
-            self.server.stop()
+            if not self.share_server:
+                self.server.stop()
