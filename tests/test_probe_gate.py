@@ -1,6 +1,7 @@
-"""`chaosllm probe` as a CI gate: each cell's findings and attempts in the JSON report,
-``--baseline`` (exit 1 when a cell got worse, 0 when the same, 2 for a file that is not a
-report), ``--junit`` (one test case per cell, well-formed whatever the program printed)
+"""`chaosllm probe` as a CI gate: each cell's findings and attempts in the JSON report
+(a real probe of a client that ignores Retry-After and retries a 400 names both findings,
+a careful one earns none), ``--baseline`` (exit 1 when a cell got worse - a new finding
+is worse -, 0 when the same, 2 for a file that is not a report), ``--junit`` (one test case per cell, well-formed whatever the program printed)
 and the HTML report's findings and timelines (escaped, no external resources)."""
 
 from __future__ import annotations
@@ -101,6 +102,103 @@ def test_baseline_exits_1_on_a_regression_and_0_on_the_same_report(
     assert code == 1, out
     assert "1 worse" in out
     assert "worse   http_503/json: recovered -> failed cleanly" in out
+
+
+# A client with its own retry loop (the SDK's off), careful or not as MODE_FILE says:
+# careful, it waits for the Retry-After it was given and does not retry a 4xx that no
+# retry cures; careless, it asks again at once, whatever the answer was.
+RETRYING_CLIENT = """\
+import sys, time
+from pathlib import Path
+import openai
+
+careful = Path(sys.argv[1]).read_text() == "careful"
+client = openai.OpenAI(max_retries=0, timeout=5)
+request = dict(
+    model="gpt-4o-mini",
+    messages=[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ],
+)
+for attempt in range(3):
+    try:
+        reply = client.chat.completions.create(**request)
+        break
+    except openai.APIStatusError as exc:
+        if attempt == 2:
+            raise
+        if careful:
+            if exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+                raise
+            time.sleep(float(exc.response.headers.get("retry-after") or 0.2))
+print(reply.choices[0].message.content)
+"""
+
+GATE_FAULTS = {
+    "description": "a 429 that asks for 0.3 s, and a 400 no retry cures",
+    "faults": [{"type": "http_429", "retry_after": 0.3}, {"type": "http_error", "status": 400}],
+}
+
+
+@pytest.mark.timeout(120)
+def test_a_real_probe_names_the_findings_and_the_baseline_gate_catches_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, mode, faults = tmp_path / "client.py", tmp_path / "mode", tmp_path / "faults.json"
+    script.write_text(RETRYING_CLIENT)
+    faults.write_text(json.dumps(GATE_FAULTS))
+    command = [sys.executable, str(script), str(mode)]
+    careful, careless = tmp_path / "careful.json", tmp_path / "careless.json"
+
+    mode.write_text("careful")
+    code, out, _ = _probe(capsys, "--profile", str(faults), "--json", str(careful), command=command)
+    assert code == 0, out
+    runs = json.loads(careful.read_text())["runs"]
+    assert [(r["fault"]["type"], r["verdict"], r["findings"]) for r in runs] == [
+        ("http_429", "recovered", []),
+        ("http_error", "failed cleanly", []),
+    ]
+    waited = runs[0]["timeline"]
+    assert [a["status"] for a in waited] == [429, 200]
+    assert waited[1]["at"] - waited[0]["at"] >= 0.3 - 0.02  # it honoured the Retry-After
+
+    mode.write_text("careless")
+    code, out, _ = _probe(
+        capsys,
+        "--profile",
+        str(faults),
+        "--json",
+        str(careless),
+        "--baseline",
+        str(careful),
+        command=command,
+    )
+    assert code == 1, out
+    runs = json.loads(careless.read_text())["runs"]
+    assert [(r["fault"]["type"], r["verdict"]) for r in runs] == [
+        ("http_429", "recovered"),
+        ("http_error", "recovered"),  # the fault is one-shot: the retry got the answer
+    ]
+    ignored, non_retryable = (r["findings"] for r in runs)
+    assert [(f["name"], f["seqs"]) for f in ignored] == [("retry_after_ignored", [1, 2])]
+    assert "Retry-After" in ignored[0]["explanation"]
+    assert [(f["name"], f["seqs"]) for f in non_retryable] == [("retried_non_retryable", [1, 2])]
+    assert "400" in non_retryable[0]["explanation"]
+    assert [a["status"] for a in runs[1]["timeline"]] == [400, 200]
+    assert "against the baseline: 2 worse, 0 better, 0 other changes, 0 the same" in out
+    assert "worse   http_429/json: new findings: retry_after_ignored" in out
+    assert (
+        "worse   http_error/json: failed cleanly -> recovered; new findings: "
+        "retried_non_retryable" in out
+    )
+
+    # The careless report is its own baseline: the same cells, the same findings.
+    code, out, _ = _probe(
+        capsys, "--profile", str(faults), "--baseline", str(careless), command=command
+    )
+    assert code == 0, out
+    assert "against the baseline: 0 worse, 0 better, 0 other changes, 2 the same" in out
 
 
 @pytest.mark.parametrize(
