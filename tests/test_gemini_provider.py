@@ -411,6 +411,31 @@ def test_error_in_200_mid_stream_is_googles_envelope_as_an_event() -> None:
     }
 
 
+@pytest.mark.parametrize("after_chunks", [0, 2])
+@pytest.mark.parametrize("type_", ["error_in_200", "overloaded"])
+def test_an_error_mid_array_is_the_arrays_last_element(type_: str, after_chunks: int) -> None:
+    """Without alt=sse the error is written as the JSON array's next element (no SSE
+    ``data:`` frame), and the array closes: the body is one JSON array."""
+    client = Client()
+    client.arm({"type": type_, "after_chunks": after_chunks})
+    reply = client.send(STREAM, stream=True, sse=False)
+    assert reply.plan.status == 200
+    raw = reply.plan.body()
+    assert b"data:" not in raw
+    elements = json.loads(raw)
+    assert isinstance(elements, list) and len(elements) == after_chunks + 1
+    assert all("candidates" in element for element in elements[:-1])
+    error = elements[-1]["error"]
+    assert (error["code"], error["status"]) == (
+        (500, "INTERNAL") if type_ == "error_in_200" else (503, "UNAVAILABLE")
+    )
+    assert GEMINI.assemble(frames(reply)) == elements[-1]
+    # With alt=sse the same fault is still an SSE event.
+    sse_client = Client()
+    sse_client.arm({"type": type_, "after_chunks": after_chunks})
+    assert "error" in payloads(sse_client.send(STREAM, stream=True))[-1]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_malformed_tool_args_is_malformed_function_call(stream: bool) -> None:
     client = Client()

@@ -18,10 +18,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
 from chaosllm import ChaosServer
+from chaosllm.providers.anthropic_messages import AnthropicMessages
+from chaosllm.providers.openai_responses import OpenAIResponses
 from chaosllm.store.recordings import RecordingStore
 from tests.helpers import openai_client
 
@@ -418,3 +421,145 @@ def test_time_to_first_byte_with_a_fault_armed_equals_the_upstreams_own(tmp_path
     # Both well before the upstream's second frame (50 ms after its first): the buffered
     # path would have waited for all 20 (about a second).
     assert delays[True] < 0.045 and delays[False] < 0.045, delays
+
+
+# -- malformed_tool_args live in the other streaming protocols, through their SDKs ------------
+
+
+def frames_of(provider: Any, answer: dict[str, Any]) -> list[bytes]:
+    return [provider.encode_frame(text) for text in provider.stream_frames(answer)]
+
+
+def first_argument_frame(frames: list[bytes], marker: bytes) -> int:
+    """The index of the first frame carrying argument text (`marker` and some text)."""
+    return next(
+        i
+        for i, f in enumerate(frames)
+        if marker in f and marker + b'""' not in f.replace(b" ", b"")
+    )
+
+
+ANTHROPIC_TOOL_ANSWER: dict[str, Any] = {
+    "id": "msg_live",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-haiku-4-5",
+    "content": [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
+    ],
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 12, "output_tokens": 9},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_anthropic_sdk_gets_input_json_deltas_broken_as_they_pass(
+    mode: str, tmp_path: Path
+) -> None:
+    frames = frames_of(AnthropicMessages(), ANTHROPIC_TOOL_ANSWER)
+    first = first_argument_frame(frames, b'"partial_json":')
+    with (
+        upstream_of(frames, hold=first + 1) as upstream,
+        proxy_of(upstream, mode, tmp_path) as server,
+    ):
+        server.arm("malformed_tool_args")
+        client = anthropic.Anthropic(
+            base_url=server.url, api_key="sk-ant-test", max_retries=0, timeout=10
+        )
+        with client:
+            stream = client.messages.create(
+                model="claude-haiku-4-5",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "weather in Paris?"}],
+                stream=True,
+            )
+            events = iter(stream)
+            # The SDK passes over the ping event.
+            shown = sum(b"event: ping" not in f for f in frames[: first + 1])
+            got = [next(events) for _ in range(shown)]
+            # The first argument delta arrived, cut, while the upstream waits.
+            assert not upstream.release.is_set() and len(upstream.sent) == first + 1
+            assert got[-1].type == "content_block_delta"
+            upstream.release.set()
+            got.extend(events)
+        partial = "".join(
+            e.delta.partial_json
+            for e in got
+            if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+        )
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(partial)
+        assert partial == '{"cit'  # the first fragment ('{"city": "') cut in half; the rest dropped
+        [stop] = [e for e in got if e.type == "message_delta"]
+        assert stop.delta.stop_reason == "max_tokens"  # as the buffered transform says
+        texts = [
+            e.delta.text
+            for e in got
+            if e.type == "content_block_delta" and e.delta.type == "text_delta"
+        ]
+        assert "".join(texts) == "Let me look."
+        assert entry_of(server)["fault"]["type"] == "malformed_tool_args"
+        if mode != "passthrough":
+            wait_for(lambda: entry_of(server)["recording"] is not None)
+            assert recorded_frames(tmp_path) == frames
+
+
+RESPONSES_TOOL_ANSWER: dict[str, Any] = {
+    "id": "resp_live",
+    "object": "response",
+    "created_at": 1,
+    "status": "completed",
+    "model": "gpt-4o-mini",
+    "output": [
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "weather",
+            "arguments": '{"city": "Paris", "unit": "celsius"}',
+            "status": "completed",
+        }
+    ],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+    "usage": {"input_tokens": 12, "output_tokens": 9, "total_tokens": 21},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_responses_sdk_gets_function_call_arguments_broken_as_they_pass(
+    mode: str, tmp_path: Path
+) -> None:
+    frames = frames_of(OpenAIResponses(), RESPONSES_TOOL_ANSWER)
+    first = first_argument_frame(frames, b'"delta":')
+    with (
+        upstream_of(frames, hold=first + 1) as upstream,
+        proxy_of(upstream, mode, tmp_path) as server,
+    ):
+        server.arm("malformed_tool_args")
+        with openai_client(server) as client:
+            stream = client.responses.create(
+                model="gpt-4o-mini", input="weather in Paris?", stream=True
+            )
+            events = iter(stream)
+            got: list[Any] = [next(events) for _ in range(first + 1)]
+            assert not upstream.release.is_set() and len(upstream.sent) == first + 1
+            assert got[-1].type == "response.function_call_arguments.delta"
+            upstream.release.set()
+            got.extend(events)
+        deltas = "".join(e.delta for e in got if e.type == "response.function_call_arguments.delta")
+        [done] = [e for e in got if e.type == "response.function_call_arguments.done"]
+        [item] = [e.item for e in got if e.type == "response.output_item.done"]
+        [completed] = [e.response for e in got if e.type == "response.completed"]
+        # Every restatement says what the deltas made: one broken text, invalid JSON.
+        assert done.arguments == deltas == item.arguments == completed.output[0].arguments
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(deltas)
+        assert deltas and RESPONSES_TOOL_ANSWER["output"][0]["arguments"].startswith(deltas)
+        assert entry_of(server)["fault"]["type"] == "malformed_tool_args"
+        if mode != "passthrough":
+            wait_for(lambda: entry_of(server)["recording"] is not None)
+            assert recorded_frames(tmp_path) == frames

@@ -390,6 +390,7 @@ CATALOGUE: tuple[FaultType, ...] = (
             "message": _MESSAGE,
         },
         transform=t.overloaded,
+        live=lv.overloaded,
         answers_alone=_before_any_frame,
         retryable=True,
         simplicity=25,

@@ -4,18 +4,27 @@ Theory of operation. In the proxy modes a fault on a streaming answer used to wa
 the whole upstream answer and transform it as a plan (`chaosllm.faults.transform`),
 which moved the first token to the end of the answer. The faults whose stream
 behaviour is "pass K frames, then end the answer some way" (``truncated_stream``,
-``dropped_connection``, ``connection_reset``, ``stall``, ``garbage``, ``error_in_200``)
-and ``malformed_tool_args`` (which breaks the
-tool-call argument deltas as they pass) have a streaming counterpart here: a small
+``dropped_connection``, ``connection_reset``, ``stall``, ``garbage``, ``error_in_200``,
+``overloaded`` with ``after_chunks``) and ``malformed_tool_args`` (which breaks the
+tool-call arguments as they pass) have a streaming counterpart here: a small
 pure state machine (`LiveFault`) fed one upstream frame at a time. `LiveFault.feed`
 says what to write to the client now (`Step.write`) and, once, how the client's answer
 ends (`Step.end`: the pieces written last and the `Ending`); `LiveFault.finish` says
 it when the upstream's stream ended before that. Fed the frames of a stream, a machine
 gives the pieces and the ending `apply_fault` gives the plan of the same frames
-(``tests/test_live_faults_property.py`` checks it with hypothesis for every type; for
-``malformed_tool_args`` the answers agree except in the broken arguments' text, which
-a live stream cuts in the first argument delta of each call, as the whole answer is not
-known yet). Each catalogue entry names its machine's factory (`FaultType.live`); a
+(``tests/test_live_faults_property.py`` checks it with hypothesis for every type). For
+``malformed_tool_args`` each protocol says how its frames break
+(`Provider.break_argument_deltas`, with one stream's `ArgumentCuts`): where arguments
+stream as deltas (Chat Completions and Azure, Anthropic's ``input_json_delta``, the
+Responses API's ``function_call_arguments.delta``, Bedrock's ``toolUse.input``) the
+first delta of each call is cut and the later ones dropped, a restatement of the whole
+(``.done``, a finished item) says the same, and the stop reason is what the buffered
+transform gives (Anthropic's and Bedrock's ``max_tokens``); the answers agree except in
+the broken arguments' text, invalid JSON in both, as the whole arguments are not known
+yet. Where a call comes whole in one frame (Gemini's ``functionCall``, Ollama's
+``tool_calls`` line) the live answer is the buffered one exactly: Gemini's call dropped
+and its finishing frame ``MALFORMED_FUNCTION_CALL``, Ollama's line its parse error, which
+ends the stream. Each catalogue entry names its machine's factory (`FaultType.live`); a
 factory returns None when the fault cannot run live on this stream (then the proxy
 reads the answer whole, as before).
 
@@ -29,11 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chaosllm.faults.transform import DEFAULT_GARBAGE, _message
 from chaosllm.model import JSON, Ending, Piece, ResponsePlan
-from chaosllm.providers.base import Provider, cut_json
+from chaosllm.providers.base import Failure, Provider, cut_json
 
 if TYPE_CHECKING:
     from chaosllm.faults.spec import FaultSpec
@@ -200,43 +209,88 @@ def garbage(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
     return Cut(ctx.provider, spec.param("after_chunks"), at)
 
 
+def overloaded(spec: FaultSpec, ctx: LiveContext) -> LiveFault | None:
+    """K frames, then the protocol's overload error event (`Provider.failure_frame`);
+    without ``after_chunks`` the overload is a status before any frame: not live."""
+    after_chunks = spec.param("after_chunks")
+    if after_chunks is None:
+        return None
+    data = ctx.provider.failure_frame(Failure.OVERLOADED, ctx.request, spec.param("message"))
+    return Cut(ctx.provider, after_chunks, lambda _: LiveEnd((Piece(data),)))
+
+
 @dataclass(slots=True)
-class _BrokenArguments:
-    """Each tool call's arguments cut in their first non-empty delta (`cut_json` of it:
-    never valid JSON), its later deltas' text dropped; every other byte as it came."""
+class _Cuts:
+    """One stream's `ArgumentCuts`: each call's arguments cut in their first non-empty
+    delta (`cut_json` of it: never valid JSON), its later deltas' text dropped; a
+    restatement of a call's whole arguments is what its deltas became."""
 
-    provider: Provider
-    seen: set[object] = field(default_factory=set)
+    memo: dict[object, Any] = field(default_factory=dict)
+    sent: dict[object, str] = field(default_factory=dict)
 
-    def _cut(self, key: object, text: str) -> str:
-        if key in self.seen:
+    @property
+    def broken(self) -> bool:
+        return bool(self.sent)
+
+    def __call__(self, key: object, text: str) -> str:
+        if key in self.sent:
             return ""
         if not text:
             return text
-        self.seen.add(key)
-        return cut_json(text)
+        self.sent[key] = cut_json(text)
+        return self.sent[key]
+
+    def whole(self, key: object, text: str) -> str:
+        return self.sent[key] if key in self.sent else self(key, text)
+
+
+@dataclass(slots=True)
+class _Look:
+    """`ArgumentCuts` that change nothing and note whether a frame carries argument text."""
+
+    memo: dict[object, Any] = field(default_factory=dict)
+    found: bool = False
+
+    @property
+    def broken(self) -> bool:
+        return False
+
+    def __call__(self, key: object, text: str) -> str:
+        self.found = self.found or bool(text)
+        return text
+
+    def whole(self, key: object, text: str) -> str:
+        return self(key, text)
+
+
+@dataclass(slots=True)
+class _BrokenArguments:
+    """Every tool call's arguments broken as the protocol's `break_argument_deltas` says
+    with one stream's `_Cuts`; every other byte as it came. A frame broken into one that
+    finishes the answer ends it there."""
+
+    provider: Provider
+    cuts: _Cuts = field(default_factory=_Cuts)
 
     def feed(self, frame: bytes) -> Step:
-        broken = self.provider.break_argument_deltas(frame, self._cut)
-        return Step((Piece(frame if broken is None else broken),))
+        broken = self.provider.break_argument_deltas(frame, self.cuts)
+        if broken is None or broken == frame:
+            return Step((Piece(frame),))
+        if _finishes(self.provider, broken) and not _finishes(self.provider, frame):
+            return Step((), LiveEnd((Piece(broken),)))
+        return Step((Piece(broken),))
 
     def finish(self) -> LiveEnd:
         return LiveEnd()
 
     def shows(self, frame: bytes) -> bool:
-        found = False
-
-        def look(key: object, text: str) -> str:
-            nonlocal found
-            found = found or bool(text)
-            return text
-
-        self.provider.break_argument_deltas(frame, look)
-        return found
+        look = _Look()
+        broken = self.provider.break_argument_deltas(frame, look)
+        return look.found or (broken is not None and broken != frame)
 
 
 def malformed_tool_args(spec: FaultSpec, ctx: LiveContext) -> LiveFault | None:
-    if ctx.provider.break_argument_deltas(b"", lambda key, text: text) is None:
+    if ctx.provider.break_argument_deltas(b"", _Look()) is None:
         return None  # this protocol's deltas cannot be broken one frame at a time
     return _BrokenArguments(ctx.provider)
 

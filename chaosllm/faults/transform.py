@@ -247,8 +247,10 @@ def dropped_connection(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -
 def error_in_200(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     message = _message(spec, 200)
     if _streaming(plan, ctx):
-        frame = Piece(ctx.provider.stream_error_frame(message, status=500))
-        return plan.with_(status=200, pieces=(*_cut(plan, ctx, spec.param("after_chunks")), frame))
+        kept = _cut(plan, ctx, spec.param("after_chunks"))
+        data = ctx.provider.stream_error_frame(message, status=500)
+        frame = Piece(ctx.provider.framed_error(data, plan, len(kept)))
+        return plan.with_(status=200, pieces=(*kept, frame))
     body = json.dumps(ctx.provider.error_answer(message, status=500)).encode("utf-8")
     return plan.with_(status=200, pieces=(Piece(body, frame=False),), content_length=None)
 
@@ -350,9 +352,10 @@ def overloaded(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Respon
     protocol's error event (Anthropic's ``overloaded_error``) instead of the rest."""
     after_chunks = spec.param("after_chunks")
     if after_chunks is not None and _streaming(plan, ctx):
-        message = spec.param("message")
-        frame = Piece(ctx.provider.failure_frame(Failure.OVERLOADED, ctx.request, message))
-        return plan.with_(pieces=(*_cut(plan, ctx, after_chunks), frame))
+        kept = _cut(plan, ctx, after_chunks)
+        data = ctx.provider.failure_frame(Failure.OVERLOADED, ctx.request, spec.param("message"))
+        frame = Piece(ctx.provider.framed_error(data, plan, len(kept)))
+        return plan.with_(pieces=(*kept, frame))
     return _failure_plan(spec, ctx, Failure.OVERLOADED, spec.param("retry_after"))
 
 

@@ -40,6 +40,7 @@ from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 from chaosllm.providers import facts
 from chaosllm.providers.base import (
+    ArgumentCuts,
     ErrorKind,
     Failure,
     Provider,
@@ -379,6 +380,33 @@ class AnthropicMessages(Provider):
 
     # -- the named failure classes ----------------------------------------------
 
+    def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
+        """Each ``input_json_delta``'s ``partial_json`` as ``cut(block index, text)``, and
+        once some input is broken the ``message_delta``'s ``stop_reason: max_tokens``, as
+        `break_tool_arguments` says; a changed event is written again as one frame."""
+        found = _one_event(frame)
+        if found is None:
+            return frame
+        name, event = found
+        kind = event.get("type", name)
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            return frame
+        if kind == "content_block_delta" and delta.get("type") == "input_json_delta":
+            text = delta.get("partial_json")
+            if not isinstance(text, str):
+                return frame
+            new = cut(event.get("index"), text)
+            if new == text:
+                return frame
+            delta["partial_json"] = new
+        elif kind == "message_delta" and cut.broken and delta.get("stop_reason") != "max_tokens":
+            delta["stop_reason"] = "max_tokens"
+        else:
+            return frame
+        data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        return f"event: {name or kind}\ndata: {data}\n\n".encode()
+
     def failure_status(self, failure: Failure) -> int:
         """529 for an overload; a spent credit balance is a 400."""
         return _FAILURE_STATUSES.get(failure) or super().failure_status(failure)
@@ -433,6 +461,19 @@ class AnthropicMessages(Provider):
             "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
         }
+
+
+def _one_event(frame: bytes) -> tuple[str | None, dict[str, Any]] | None:
+    """The name and JSON object of a frame holding one event, None for any other frame."""
+    events = list(iter_events([frame.decode("utf-8", "replace")])) if frame else []
+    if len(events) != 1:
+        return None
+    name, data = events[0]
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return (name, event) if isinstance(event, dict) else None
 
 
 def _json_body(body: JSON) -> JSON:

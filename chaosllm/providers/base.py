@@ -44,7 +44,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
@@ -65,6 +65,7 @@ from chaosllm.providers.ratelimits import RateLimitState
 __all__ = [
     "FAILURE_STATUSES",
     "JSON_HEADERS",
+    "ArgumentCuts",
     "ErrorKind",
     "Failure",
     "FailureReply",
@@ -201,6 +202,27 @@ def _compile_template(template: str) -> re.Pattern[str]:
         at = found.end()
     parts.append(re.escape(template[at:]))
     return re.compile("".join(parts))
+
+
+class ArgumentCuts(Protocol):
+    """What `Provider.break_argument_deltas` breaks one live stream's tool-call arguments
+    with (``malformed_tool_args`` on a live stream: `chaosllm.faults.live` holds one per
+    stream). `key` names a call: the same for every frame of that call."""
+
+    memo: dict[object, Any]
+    """The protocol's own memory across one stream's frames (Gemini: what a candidate's
+    finishing frame says of the call it dropped)."""
+
+    @property
+    def broken(self) -> bool:
+        """Whether some call's arguments were broken so far in this stream."""
+
+    def __call__(self, key: object, text: str) -> str:
+        """An argument delta's text, as the fault leaves it."""
+
+    def whole(self, key: object, text: str) -> str:
+        """The whole arguments a frame restates (a ``.done`` event, a finished item), as
+        the call's deltas left them."""
 
 
 class ErrorKind:
@@ -754,6 +776,13 @@ class Provider(abc.ABC):
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
         """An error event inside a stream, in the provider's own format."""
 
+    def framed_error(self, frame: bytes, plan: ResponsePlan, kept: int) -> bytes:
+        """An error event (`stream_error_frame`, `failure_frame`: in the protocol's first
+        stream framing) as the piece after the first `kept` pieces of the stream `plan`, in
+        that stream's own framing (Gemini's JSON array: an element, the array closed); the
+        frame itself by default."""
+        return frame
+
     @abc.abstractmethod
     def empty_answer(self, body: JSON) -> JSON:
         """A well-formed answer body with no content and no tool calls."""
@@ -776,14 +805,16 @@ class Provider(abc.ABC):
             call[self.arguments_key] = cut_json(text)
         return broken if calls else None
 
-    def break_argument_deltas(
-        self, frame: bytes, cut: Callable[[object, str], str]
-    ) -> bytes | None:
+    def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
         """A stream frame with the text of each tool-call argument delta it carries replaced
-        by ``cut(key, text)`` (`key` names the call: the same for every delta of one call),
-        what ``malformed_tool_args`` does to a live stream (`chaosllm.faults.live`); the
-        frame itself when nothing changed. None (the default): this protocol's argument
-        deltas cannot be broken one frame at a time (the answer is then read whole)."""
+        by ``cut(key, text)`` (`key` names the call: the same for every delta of one call)
+        and each restatement of a call's whole arguments by ``cut.whole(key, text)``, what
+        ``malformed_tool_args`` does to a live stream (`chaosllm.faults.live`), so that the
+        client's answer is the one `break_tool_arguments` gives (a protocol whose calls
+        come whole breaks them as that does); the frame itself when nothing changed. A
+        frame broken into one that finishes the answer (Ollama's parse error) ends the
+        client's answer there. None (the default): this protocol's argument deltas cannot
+        be broken one frame at a time (the answer is then read whole)."""
         return None
 
     # -- the named failure classes (`Failure`) ----------------------------------------

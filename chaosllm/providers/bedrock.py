@@ -45,7 +45,14 @@ from chaosllm.errors import EventStreamError, InvalidRequest
 from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers import eventstream as es
 from chaosllm.providers import facts
-from chaosllm.providers.base import ErrorKind, Failure, Provider, filtered_text, text_pieces
+from chaosllm.providers.base import (
+    ArgumentCuts,
+    ErrorKind,
+    Failure,
+    Provider,
+    filtered_text,
+    text_pieces,
+)
 from chaosllm.providers.conversation import (
     ConversationChecks,
     Finding,
@@ -432,6 +439,41 @@ class BedrockConverse(Provider):
         """The cut inputs, and the stop reason of an answer cut off by the token limit."""
         broken = super().break_tool_arguments(body)
         return None if broken is None else {**broken, "stopReason": "max_tokens"}
+
+    def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
+        """Each ``contentBlockDelta``'s ``toolUse.input`` fragment as ``cut(block index,
+        text)``, and once some input is broken the ``messageStop``'s ``stopReason:
+        max_tokens``, as `break_tool_arguments` says; a changed message is encoded again
+        with its own headers (both CRCs computed anew)."""
+        if not frame:
+            return frame
+        try:
+            message, size = es.decode_message(frame)
+            payload = json.loads(message.payload or b"{}")
+        except (EventStreamError, ValueError):
+            return frame
+        if size != len(frame) or message.message_type != "event" or not isinstance(payload, dict):
+            return frame
+        if message.kind == "contentBlockDelta":
+            delta = payload.get("delta")
+            use = delta.get("toolUse") if isinstance(delta, dict) else None
+            text = use.get("input") if isinstance(use, dict) else None
+            if not isinstance(text, str):
+                return frame
+            assert isinstance(use, dict)
+            new = cut(payload.get("contentBlockIndex"), text)
+            if new == text:
+                return frame
+            use["input"] = new
+        elif (
+            message.kind == "messageStop"
+            and cut.broken
+            and payload.get("stopReason") != "max_tokens"
+        ):
+            payload["stopReason"] = "max_tokens"
+        else:
+            return frame
+        return es.encode_message(message.headers, _compact(payload))
 
     # -- what fault matching reads (``match.contains``, ``match.tool``) ---------------
 

@@ -53,9 +53,10 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON, RecordedChunk, RecordedResponse
+from chaosllm.model import JSON, RecordedChunk, RecordedResponse, ResponsePlan
 from chaosllm.providers import facts, sse
 from chaosllm.providers.base import (
+    ArgumentCuts,
     Failure,
     Provider,
     cut_json,
@@ -557,6 +558,63 @@ class Gemini(Provider):
 
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
         return _sse_frame(self.error_answer(message, status=status)).encode("utf-8")
+
+    def framed_error(self, frame: bytes, plan: ResponsePlan, kept: int) -> bytes:
+        """In a streamed JSON array (no ``alt=sse``) the error is the array's next element
+        (its first: ``[``), and closes the array."""
+        if not plan.pieces or not plan.pieces[0].data.lstrip().startswith(b"["):
+            return frame
+        found = list(_payloads([frame.decode("utf-8", "replace")]))
+        if len(found) != 1:
+            return frame
+        element = ("[" if kept == 0 else ",\r\n") + _google_json(found[0]) + _ARRAY_END
+        return element.encode("utf-8")
+
+    def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
+        """A ``functionCall`` comes whole in one response: each is dropped as it passes, and
+        the candidate's finishing response says ``MALFORMED_FUNCTION_CALL`` with the first
+        call's text cut (kept in ``cut.memo`` till then), as `break_tool_arguments` says;
+        a changed response is written again in its own framing (an SSE event or an array
+        element)."""
+        text = frame.decode("utf-8", "replace") if frame else ""
+        start, end = text.find("{"), text.rfind("}")
+        try:
+            payload = json.loads(text[start : end + 1]) if 0 <= start < end else None
+        except ValueError:
+            return frame
+        if not isinstance(payload, dict):
+            return frame
+        changed = False
+        for candidate in payload.get("candidates") or ():
+            if not isinstance(candidate, dict):
+                continue
+            key = ("candidate", candidate.get("index", 0))
+            content = candidate.get("content")
+            parts = content.get("parts") if isinstance(content, dict) else None
+            calls = [
+                p
+                for p in parts or ()
+                if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
+            ]
+            if calls and isinstance(content, dict) and isinstance(parts, list):
+                if key not in cut.memo:
+                    alone = {"candidates": [{"content": {"parts": calls[:1]}}]}
+                    broken = self.break_tool_arguments(alone)
+                    assert isinstance(broken, dict)
+                    cut.memo[key] = broken["candidates"][0]["finishMessage"]
+                kept = [p for p in parts if not any(p is c for c in calls)]
+                if kept:
+                    content["parts"] = kept
+                else:
+                    candidate["content"] = {}
+                changed = True
+            if candidate.get("finishReason") and key in cut.memo:
+                candidate["finishReason"] = "MALFORMED_FUNCTION_CALL"
+                candidate["finishMessage"] = cut.memo[key]
+                changed = True
+        if not changed:
+            return frame
+        return (text[:start] + _google_json(payload) + text[end + 1 :]).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         """What Gemini answers when the model writes nothing: each candidate a content

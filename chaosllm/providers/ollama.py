@@ -53,6 +53,7 @@ from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 from chaosllm.providers import facts, ndjson
 from chaosllm.providers.base import (
+    ArgumentCuts,
     Failure,
     FrameSplitting,
     Provider,
@@ -386,6 +387,20 @@ class OllamaProvider(Provider):
 
     def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
         return iter(())
+
+    def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
+        """Tool calls come whole in one line: a line carrying some is the parse error
+        `break_tool_arguments` makes of them (an error line, which finishes the answer),
+        as the buffered answer streams it; any other line as it is."""
+        lines = list(ndjson.iter_objects([frame.decode("utf-8", "replace")])) if frame else []
+        if len(lines) != 1:
+            return frame
+        message = lines[0].get("message")
+        if not isinstance(message, dict) or not message.get("tool_calls"):
+            return frame
+        broken = self.break_tool_arguments({"message": message})
+        failure = _parse_failure(broken)
+        return frame if failure is None else ndjson.line(error_envelope(failure)).encode()
 
     def last_user_text(self, body: JSON) -> str | None:
         """The prompt (generate)."""

@@ -42,7 +42,13 @@ from typing import Any, ClassVar
 
 from chaosllm.model import JSON
 from chaosllm.providers import facts
-from chaosllm.providers.base import Failure, canonical_json, filtered_text, text_pieces
+from chaosllm.providers.base import (
+    ArgumentCuts,
+    Failure,
+    canonical_json,
+    filtered_text,
+    text_pieces,
+)
 from chaosllm.providers.conversation import RESPONSES_CHECKS
 from chaosllm.providers.openai_common import (
     CONTENT_FILTER,
@@ -360,6 +366,53 @@ class OpenAIResponses(OpenAIProvider):
         for item in answer.get("output") or []:
             if isinstance(item, dict) and item.get("type") == "function_call":
                 yield item
+
+    def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
+        """Each ``function_call_arguments.delta`` as ``cut(output index, delta)``; the whole
+        arguments a frame restates (``function_call_arguments.done``, a function call item
+        added or done, the terminal response's output) as ``cut.whole``: the client's
+        answer is the one its deltas make. A changed event is written again as one frame."""
+        events = list(iter_events([frame.decode("utf-8", "replace")])) if frame else []
+        if len(events) != 1:
+            return frame
+        name, data = events[0]
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return frame
+        if not isinstance(event, dict):
+            return frame
+        kind = event.get("type", name)
+        at = event.get("output_index")
+        changed = False
+
+        def put(holder: dict[str, Any], field: str, key: object, whole: bool) -> None:
+            nonlocal changed
+            text = holder.get(field)
+            if isinstance(text, str):
+                new = cut.whole(key, text) if whole else cut(key, text)
+                if new != text:
+                    holder[field], changed = new, True
+
+        def item(value: Any, key: object, whole: bool) -> None:
+            if isinstance(value, dict) and value.get("type") == "function_call":
+                put(value, "arguments", key, whole)
+
+        if kind == "response.function_call_arguments.delta":
+            put(event, "delta", at, False)
+        elif kind == "response.function_call_arguments.done":
+            put(event, "arguments", at, True)
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item(event.get("item"), at, kind.endswith(".done"))
+        elif kind in ("response.completed", "response.failed", "response.incomplete"):
+            response = event.get("response")
+            output = response.get("output") if isinstance(response, dict) else None
+            for index, value in enumerate(output if isinstance(output, list) else ()):
+                item(value, index, True)
+        if not changed:
+            return frame
+        payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        return f"event: {name or kind}\ndata: {payload}\n\n".encode()
 
     def failure_message(self, failure: Failure, request: JSON) -> str:
         if failure is Failure.CONTEXT_TOO_LONG:
