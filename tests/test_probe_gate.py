@@ -1,8 +1,9 @@
 """`chaosllm probe` as a CI gate: each cell's findings and attempts in the JSON report
 (a real probe of a client that ignores Retry-After and retries a 400 names both findings,
 a careful one earns none), ``--baseline`` (exit 1 when a cell got worse - a new finding
-is worse -, 0 when the same, 2 for a file that is not a report), ``--junit`` (one test case per cell, well-formed whatever the program printed)
-and the HTML report's findings and timelines (escaped, no external resources)."""
+is worse -, 0 when the same, 2 for a file that is not a report), ``--junit`` (one test
+case per cell, well-formed whatever the program printed) and the HTML report's findings
+and timelines (escaped, no external resources)."""
 
 from __future__ import annotations
 
