@@ -42,6 +42,11 @@ class IncompleteAnswer(Exception):
     """An answer that arrived but cannot be used (empty, cut short, malformed)."""
 
 
+class ContentFiltered(Exception):
+    """The provider's content filter cut the answer (``finish_reason: "content_filter"``):
+    the same question would be filtered again, so it is not retried."""
+
+
 class RetryBudgetExceeded(Exception):
     """Every attempt failed, or time ran out; `failures` says how each one failed."""
 
@@ -122,6 +127,8 @@ class ResilientClient:
         message = body["choices"][0].get("message") or {}
         if body["choices"][0].get("finish_reason") is None:
             raise IncompleteAnswer("an answer without a finish reason")
+        if body["choices"][0].get("finish_reason") == "content_filter":
+            raise ContentFiltered("the provider's content filter cut the answer")
         result = {
             k: message[k]
             for k in ("content", "tool_calls", "refusal")
@@ -154,6 +161,8 @@ class ResilientClient:
                     finish = choice.finish_reason or finish
         if finish is None:
             raise IncompleteAnswer("the stream ended without a finish reason")
+        if finish == "content_filter":
+            raise ContentFiltered("the provider's content filter cut the streamed answer")
         if not "".join(text):
             raise IncompleteAnswer("an empty streamed answer")
         return "".join(text)

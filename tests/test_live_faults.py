@@ -136,8 +136,10 @@ class SlowUpstream:
                 self.release.wait(WAIT)
             elif i and self.gap:
                 time.sleep(self.gap)  # the upstream's own pace (not the test's)
-            conn.sendall(b"%x\r\n%s\r\n" % (len(frame), frame))
+            # Stamped before the write: the client may read the frame before this thread
+            # runs again.
             self.sent.append(time.monotonic())
+            conn.sendall(b"%x\r\n%s\r\n" % (len(frame), frame))
         conn.sendall(b"0\r\n\r\n")
         self.finished.set()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -37,12 +38,36 @@ NAIVE = {
     "invalid_api_key": {"json": "failed cleanly", "stream": "failed cleanly"},
     "model_not_found": {"json": "failed cleanly", "stream": "failed cleanly"},
     "overloaded": {"json": "recovered", "stream": "recovered"},
+    # the wire quirks fire on SSE streams only (a JSON request is not theirs: not fired);
+    # the SDK copes with each; split_utf8 needs non-ASCII text and restated_tool_args tool
+    # calls, which the example flow's streamed answer has neither of
+    "keepalive_comments": {"json": "not fired", "stream": "recovered"},
+    "crlf_frames": {"json": "not fired", "stream": "recovered"},
+    "data_no_space": {"json": "not fired", "stream": "recovered"},
+    "split_utf8": {"json": "not fired", "stream": "not fired"},
+    "restated_tool_args": {"json": "not fired", "stream": "not fired"},
+    "filter_frames": {"json": "not fired", "stream": "recovered"},
+    "usage_only_frame": {"json": "not fired", "stream": "recovered"},
+    "pace": {"json": "recovered", "stream": "recovered"},
 }
+QUIRKS = (
+    "keepalive_comments",
+    "crlf_frames",
+    "data_no_space",
+    "split_utf8",
+    "restated_tool_args",
+    "filter_frames",
+    "usage_only_frame",
+    "pace",
+)
 RESILIENT = {name: {"json": "recovered", "stream": "recovered"} for name in NAIVE}
+for _name in QUIRKS:
+    RESILIENT[_name] = dict(NAIVE[_name])
 RESILIENT["malformed_tool_args"] = {"json": "recovered", "stream": "not fired"}
 for _name in ("context_length_exceeded", "invalid_api_key", "model_not_found"):
     RESILIENT[_name] = {"json": "failed cleanly", "stream": "failed cleanly"}  # no retry cures it
-RESILIENT["content_filter"] = {"json": "recovered", "stream": "wrong answer"}
+# a filtered answer is refused (the same question would be filtered again): a clean failure
+RESILIENT["content_filter"] = {"json": "failed cleanly", "stream": "failed cleanly"}
 
 
 @pytest.mark.timeout(240)
@@ -80,7 +105,9 @@ def test_resilient_client_matrix_and_reports(tmp_path: Path) -> None:
         timeout=230,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "27 recovered, 1 not fired" in result.stdout
+    counts = Counter(verdict for row in RESILIENT.values() for verdict in row.values())
+    for verdict, count in counts.items():
+        assert f"{count} {verdict}" in result.stdout
     report = json.loads(json_path.read_text())
     matrix = {(r["fault"]["type"], r["variant"]): r["verdict"] for r in report["runs"]}
     assert matrix == {(f, v): verdict for f, row in RESILIENT.items() for v, verdict in row.items()}
