@@ -45,15 +45,18 @@ from chaosllm.providers.base import (
     Failure,
     Provider,
     estimated_tokens,
-    filtered_text,
+    filtered_blocks,
     text_pieces,
     type_name,
 )
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
 from chaosllm.providers.ratelimits import RateLimitState, rfc3339
-from chaosllm.providers.sse import event_frame, event_types, iter_events
+from chaosllm.providers.sse import event_frame, event_types, iter_events, one_event
 
 __all__ = ["AnthropicMessages", "iter_events", "sse_event"]
+
+sse_event = event_frame
+"""One Messages stream frame: ``event: <type>`` and its JSON data (`sse.event_frame`)."""
 
 ROLES = ("user", "assistant")
 
@@ -74,8 +77,6 @@ _KIND_TYPES: Mapping[str, str] = {
     ErrorKind.INVALID_REQUEST: "invalid_request_error",
     ErrorKind.NOT_FOUND: "not_found_error",
 }
-
-sse_event = event_frame
 
 CONTEXT_WINDOW = 200_000
 """The context window "prompt is too long" states (Claude's)."""
@@ -362,15 +363,10 @@ class AnthropicMessages(Provider):
         return facts.last_user_text(messages, _TEXT_BLOCKS)
 
     def tool_names(self, body: JSON) -> frozenset[str]:
-        return facts.tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
+        return facts.offered_tool_names(body)
 
     def called_tool_names(self, answer: JSON) -> frozenset[str]:
-        content = answer.get("content") if isinstance(answer, dict) else None
-        return facts.names_of(
-            block
-            for block in (content if isinstance(content, list) else ())
-            if isinstance(block, dict) and block.get("type") in _CALLS
-        )
+        return facts.called_names(answer, "content", _CALLS)
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
         broken = super().break_tool_arguments(body)
@@ -384,11 +380,10 @@ class AnthropicMessages(Provider):
         """Each ``input_json_delta``'s ``partial_json`` as ``cut(block index, text)``, and
         once some input is broken the ``message_delta``'s ``stop_reason: max_tokens``, as
         `break_tool_arguments` says; a changed event is written again as one frame."""
-        found = _one_event(frame)
+        found = one_event(frame)
         if found is None:
             return frame
-        name, event = found
-        kind = event.get("type", name)
+        name, kind, event = found
         delta = event.get("delta")
         if not isinstance(delta, dict):
             return frame
@@ -432,13 +427,7 @@ class AnthropicMessages(Provider):
             return None
         assert isinstance(answer, dict)
         filtered = copy.deepcopy(answer)
-        blocks = []
-        for block in filtered.get("content") or []:
-            if not isinstance(block, dict) or block.get("type") in _CALLS:
-                continue
-            if isinstance(block.get("text"), str):
-                block["text"] = filtered_text(block["text"])
-            blocks.append(block)
+        blocks = filtered_blocks(filtered.get("content"), lambda b: b.get("type") in _CALLS)
         filtered.update(content=blocks, stop_reason="refusal", stop_sequence=None)
         return filtered
 
@@ -461,19 +450,6 @@ class AnthropicMessages(Provider):
             "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
         }
-
-
-def _one_event(frame: bytes) -> tuple[str | None, dict[str, Any]] | None:
-    """The name and JSON object of a frame holding one event, None for any other frame."""
-    events = list(iter_events([frame.decode("utf-8", "replace")])) if frame else []
-    if len(events) != 1:
-        return None
-    name, data = events[0]
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return None
-    return (name, event) if isinstance(event, dict) else None
 
 
 def _json_body(body: JSON) -> JSON:

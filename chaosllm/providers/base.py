@@ -44,7 +44,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
@@ -75,6 +75,7 @@ __all__ = [
     "canonical_json",
     "cut_json",
     "estimated_tokens",
+    "filtered_blocks",
     "filtered_text",
     "sha256_digest",
     "swap_strings",
@@ -109,22 +110,25 @@ the Responses API's ``delta``, reasoning, Ollama's ``response``."""
 _TEXT_PIECE = re.compile(r"\s*\S+|\s+")
 
 
-def _text_length(value: JSON) -> int:
-    """The characters of the strings under `TEXT_KEYS` anywhere in `value`."""
-    total = 0
+def _keyed_strings(value: JSON) -> Iterator[tuple[str, str]]:
+    """``(key, string)`` for each string value of an object anywhere in `value`: an
+    object's own strings first, list items in order (without recursion)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             for key, inner in item.items():
                 if isinstance(inner, str):
-                    if key in TEXT_KEYS:
-                        total += len(inner)
+                    yield key, inner
                 elif isinstance(inner, (dict, list)):
                     stack.append(inner)
         elif isinstance(item, list):
-            stack.extend(item)
-    return total
+            stack.extend(reversed(item))
+
+
+def _text_length(value: JSON) -> int:
+    """The characters of the strings under `TEXT_KEYS` anywhere in `value`."""
+    return sum(len(text) for key, text in _keyed_strings(value) if key in TEXT_KEYS)
 
 
 def canonical_json(value: JSON) -> str:
@@ -156,6 +160,24 @@ def filtered_text(text: str) -> str:
     text streamed before the filter stopped it; empty for a text of one word)."""
     pieces = text_pieces(text)
     return "".join(pieces[: len(pieces) // 2])
+
+
+def filtered_blocks(
+    blocks: Any, is_call: Callable[[dict[str, Any]], bool], *, drop_empty: bool = False
+) -> list[dict[str, Any]]:
+    """The content blocks (or parts) a content filter leaves of `blocks`: its objects that
+    are no tool call (`is_call`), each ``text`` cut in place by `filtered_text` (with
+    `drop_empty`, a part whose text is then empty is dropped too)."""
+    kept: list[dict[str, Any]] = []
+    for block in blocks or ():
+        if not isinstance(block, dict) or is_call(block):
+            continue
+        if isinstance(block.get("text"), str):
+            block["text"] = filtered_text(block["text"])
+            if drop_empty and not block["text"]:
+                continue
+        kept.append(block)
+    return kept
 
 
 def type_name(value: object, *, array: str = "an array") -> str:
@@ -886,18 +908,9 @@ class Provider(abc.ABC):
         that start with one of `minted_prefixes`), in order of first appearance."""
         prefixes = self.minted_prefixes
         found: dict[str, None] = {}
-        stack = [answer]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                for key, value in item.items():
-                    if isinstance(value, str):
-                        if key in _ID_KEYS and value.startswith(prefixes) and _ID.match(value):
-                            found.setdefault(value, None)
-                    elif isinstance(value, (dict, list)):
-                        stack.append(value)
-            elif isinstance(item, list):
-                stack.extend(reversed(item))
+        for key, value in _keyed_strings(answer):
+            if key in _ID_KEYS and value.startswith(prefixes) and _ID.match(value):
+                found.setdefault(value, None)
         return list(found)
 
     def fresh_ids(

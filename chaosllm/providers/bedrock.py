@@ -50,7 +50,7 @@ from chaosllm.providers.base import (
     ErrorKind,
     Failure,
     Provider,
-    filtered_text,
+    filtered_blocks,
     text_pieces,
 )
 from chaosllm.providers.conversation import (
@@ -526,14 +526,7 @@ class BedrockConverse(Provider):
         assert isinstance(filtered, dict)
         message = filtered["output"].get("message")
         if isinstance(message, dict):
-            blocks = []
-            for block in message.get("content") or []:
-                if not isinstance(block, dict) or "toolUse" in block:
-                    continue
-                if isinstance(block.get("text"), str):
-                    block["text"] = filtered_text(block["text"])
-                blocks.append(block)
-            message["content"] = blocks
+            message["content"] = filtered_blocks(message.get("content"), lambda b: "toolUse" in b)
         filtered["stopReason"] = "content_filtered"
         return filtered
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["content_text", "last_user_text", "names_of", "tool_names"]
+__all__ = [
+    "called_names",
+    "content_text",
+    "last_user_text",
+    "names_of",
+    "offered_tool_names",
+    "tool_names",
+]
 
 
 def content_text(content: Any, text_types: frozenset[str]) -> str | None:
@@ -59,6 +66,11 @@ def tool_names(*tool_lists: Any) -> frozenset[str]:
     return frozenset(names)
 
 
+def offered_tool_names(body: Any) -> frozenset[str]:
+    """`tool_names` of a request body's ``tools`` list (none for a body that is no object)."""
+    return tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
+
+
 def _name(tool: Any) -> str | None:
     if not isinstance(tool, dict):
         return None
@@ -79,4 +91,15 @@ def names_of(items: Iterable[Any]) -> frozenset[str]:
         item["name"]
         for item in items
         if isinstance(item, dict) and isinstance(item.get("name"), str)
+    )
+
+
+def called_names(answer: Any, key: str, call_types: frozenset[str]) -> frozenset[str]:
+    """`names_of` the objects in an answer's `key` list whose ``type`` is one of
+    `call_types` (the tool calls among its content blocks or output items)."""
+    items = answer.get(key) if isinstance(answer, dict) else None
+    return names_of(
+        item
+        for item in (items if isinstance(items, list) else ())
+        if isinstance(item, dict) and item.get("type") in call_types
     )

@@ -61,7 +61,7 @@ from chaosllm.providers.base import (
     Provider,
     cut_json,
     estimated_tokens,
-    filtered_text,
+    filtered_blocks,
     text_pieces,
     type_name,
 )
@@ -754,16 +754,9 @@ class Gemini(Provider):
                 continue
             content = candidate.get("content")
             if isinstance(content, dict):
-                parts = []
-                for part in content.get("parts") or []:
-                    if not isinstance(part, dict) or "functionCall" in part:
-                        continue
-                    if isinstance(part.get("text"), str):
-                        part["text"] = filtered_text(part["text"])
-                        if not part["text"]:
-                            continue
-                    parts.append(part)
-                content["parts"] = parts
+                content["parts"] = filtered_blocks(
+                    content.get("parts"), lambda p: "functionCall" in p, drop_empty=True
+                )
             candidate.pop("finishMessage", None)
             candidate["finishReason"] = "SAFETY"
             candidate["safetyRatings"] = [

@@ -615,7 +615,7 @@ class OllamaChat(OllamaProvider):
         return facts.last_user_text(messages, frozenset())
 
     def tool_names(self, body: JSON) -> frozenset[str]:
-        return facts.tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
+        return facts.offered_tool_names(body)
 
     def fallback(self, body: JSON, digest: str) -> JSON:
         answer = dict(super().fallback(body, digest))

@@ -64,7 +64,7 @@ from chaosllm.providers.openai_common import (
     require_object_with_model,
     typed_fields,
 )
-from chaosllm.providers.sse import event_frame, event_types, iter_events
+from chaosllm.providers.sse import event_frame, event_types, iter_events, one_event
 
 __all__ = ["OpenAIResponses", "iter_events", "sse_event"]
 
@@ -372,17 +372,10 @@ class OpenAIResponses(OpenAIProvider):
         arguments a frame restates (``function_call_arguments.done``, a function call item
         added or done, the terminal response's output) as ``cut.whole``: the client's
         answer is the one its deltas make. A changed event is written again as one frame."""
-        events = list(iter_events([frame.decode("utf-8", "replace")])) if frame else []
-        if len(events) != 1:
+        found = one_event(frame)
+        if found is None:
             return frame
-        name, data = events[0]
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return frame
-        if not isinstance(event, dict):
-            return frame
-        kind = event.get("type", name)
+        name, kind, event = found
         at = event.get("output_index")
         changed = False
 
@@ -465,15 +458,10 @@ class OpenAIResponses(OpenAIProvider):
         return facts.last_user_text(items, _TEXT_PARTS)
 
     def tool_names(self, body: JSON) -> frozenset[str]:
-        return facts.tool_names(body.get("tools")) if isinstance(body, dict) else frozenset()
+        return facts.offered_tool_names(body)
 
     def called_tool_names(self, answer: JSON) -> frozenset[str]:
-        output = answer.get("output") if isinstance(answer, dict) else None
-        return facts.names_of(
-            item
-            for item in (output if isinstance(output, list) else ())
-            if isinstance(item, dict) and item.get("type") in _CALLS
-        )
+        return facts.called_names(answer, "output", _CALLS)
 
     # -- fallback ---------------------------------------------------------------
 

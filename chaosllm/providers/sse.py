@@ -38,6 +38,7 @@ __all__ = [
     "event_types",
     "iter_data",
     "iter_events",
+    "one_event",
     "split_frames",
 ]
 
@@ -78,6 +79,20 @@ def iter_events(frames: Iterable[str]) -> Iterator[tuple[str | None, str]]:
                     name = line[6:].strip()
             if data:
                 yield name, "\n".join(data)
+
+
+def one_event(frame: bytes) -> tuple[str | None, Any, dict[str, Any]] | None:
+    """The ``event:`` name, the type (its JSON ``type``, else that name) and the JSON object
+    of a frame holding one event; None for any other frame."""
+    events = list(iter_events([frame.decode("utf-8", "replace")])) if frame else []
+    if len(events) != 1:
+        return None
+    name, data = events[0]
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return (name, event.get("type", name), event) if isinstance(event, dict) else None
 
 
 def iter_data(frames: Iterable[str]) -> Iterator[str]:
