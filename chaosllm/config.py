@@ -6,7 +6,7 @@ import enum
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -126,6 +126,31 @@ class Pace:
         return {"ttft_ms": self.ttft_ms, "tps": self.tps, "jitter": self.jitter}
 
 
+_T = TypeVar("_T")
+
+
+def _key_values(
+    given: str,
+    keys: Sequence[str],
+    number: Callable[[str, str, str], _T],
+    what: str,
+    shapes: str,
+) -> dict[str, _T]:
+    """``key=value,...`` (`given`) by key, each value read by ``number(key, text, given)``
+    as it comes; `ConfigError` for a part whose key is not one of `keys` or a key given
+    twice (``invalid <what> ...: ... is not <shapes>``)."""
+    found: dict[str, _T] = {}
+    for part in given.split(","):
+        key, sep, text = part.partition("=")
+        key = key.strip()
+        if not sep or key not in keys:
+            raise ConfigError(f"invalid {what} {given!r}: {part.strip()!r} is not {shapes}")
+        if key in found:
+            raise ConfigError(f"invalid {what} {given!r}: {key} is given twice")
+        found[key] = number(key, text, given)
+    return found
+
+
 PACE_KEYS = ("ttft", "tps", "jitter")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)?\s*\Z")
 
@@ -149,18 +174,13 @@ def parse_pace(value: str | Mapping[str, Any] | Pace) -> Pace:
         ttft, tps, jitter, given = value.ttft_ms, value.tps, value.jitter, repr(value)
     elif isinstance(value, str):
         given = value
-        found: dict[str, float] = {}
-        for part in value.split(","):
-            key, sep, number = part.partition("=")
-            key = key.strip()
-            if not sep or key not in PACE_KEYS:
-                raise ConfigError(
-                    f"invalid timing {given!r}: {part.strip()!r} is not ttft=, tps= or jitter= "
-                    f"(e.g. ttft=600ms,tps=50,jitter=0.25)"
-                )
-            if key in found:
-                raise ConfigError(f"invalid timing {given!r}: {key} is given twice")
-            found[key] = _pace_number(key, number, given)
+        found = _key_values(
+            value,
+            PACE_KEYS,
+            _pace_number,
+            "timing",
+            "ttft=, tps= or jitter= (e.g. ttft=600ms,tps=50,jitter=0.25)",
+        )
         ttft, tps, jitter = found.get("ttft", 0.0), found.get("tps"), found.get("jitter", 0.0)
     elif isinstance(value, Mapping):
         given = str(dict(value))
@@ -235,17 +255,13 @@ def parse_rate_limit(value: str | Mapping[str, Any] | RateLimit) -> RateLimit:
     found: dict[str, int] = {}
     if isinstance(value, str):
         given = value
-        for part in value.split(","):
-            key, sep, number = part.partition("=")
-            key = key.strip()
-            if not sep or key not in RATE_LIMIT_KEYS:
-                raise ConfigError(
-                    f"invalid rate limit {given!r}: {part.strip()!r} is not rpm=N or tpm=N "
-                    f"(e.g. rpm=60,tpm=40000)"
-                )
-            if key in found:
-                raise ConfigError(f"invalid rate limit {given!r}: {key} is given twice")
-            found[key] = _limit_value(key, number, given)
+        found = _key_values(
+            value,
+            RATE_LIMIT_KEYS,
+            _limit_value,
+            "rate limit",
+            "rpm=N or tpm=N (e.g. rpm=60,tpm=40000)",
+        )
     elif isinstance(value, Mapping):
         given = str(dict(value))
         for key, number in value.items():
