@@ -428,28 +428,30 @@ def keepalive_comments(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -
     return plan.with_(pieces=tuple(out))
 
 
-_LINE_END = re.compile(rb"\r\n|\r|\n")
-
-
-def crlf_frames(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+def _rewrite_frames(
+    plan: ResponsePlan, ctx: FaultContext, pattern: re.Pattern[bytes], replacement: bytes
+) -> ResponsePlan:
+    """A stream's pieces with each match of `pattern` replaced (their gaps kept)."""
     pieces = _stream_pieces(plan, ctx)
     if not pieces:
         return plan
     return plan.with_(
-        pieces=tuple(Piece(_LINE_END.sub(b"\r\n", p.data), p.delay_ms, p.frame) for p in pieces)
+        pieces=tuple(Piece(pattern.sub(replacement, p.data), p.delay_ms, p.frame) for p in pieces)
     )
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def crlf_frames(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    return _rewrite_frames(plan, ctx, _LINE_END, b"\r\n")
 
 
 _DATA_SPACE = re.compile(rb"(?m)^data: ")
 
 
 def data_no_space(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
-    pieces = _stream_pieces(plan, ctx)
-    if not pieces:
-        return plan
-    return plan.with_(
-        pieces=tuple(Piece(_DATA_SPACE.sub(b"data:", p.data), p.delay_ms, p.frame) for p in pieces)
-    )
+    return _rewrite_frames(plan, ctx, _DATA_SPACE, b"data:")
 
 
 _ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
