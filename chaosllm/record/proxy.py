@@ -668,6 +668,17 @@ class ProxyCall:
             if (lowered := name.decode("latin-1").lower()) not in HOP_BY_HOP and lowered not in drop
         ] + self._raw_extra
 
+    def _dropped(self, exc: DroppedMidAnswer, then: str) -> None:
+        """Note in the journal (and log) that the upstream dropped the connection
+        mid-answer; `then`: what became of the answer."""
+        self.amend(
+            error=(
+                f"the upstream {self.upstream.display} dropped the connection "
+                f"mid-answer ({_reason(exc)}); {then}"
+            )
+        )
+        log.warning("%s", self.entry.error)
+
     async def _stream(self, response: Answer, send: Send, call: _Call) -> _End:
         """Pass the answer through as it arrives; record it at a clean end.
 
@@ -675,7 +686,7 @@ class ProxyCall:
         JSON body's last bytes) is held back until the recording is written: a client
         stops reading at ``[DONE]``, and the same request sent again at once must find
         the recording (record-missing)."""
-        entry, report = self.entry, self.entry.report
+        report = self.entry.report
         recording = self.recorder is not None
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
@@ -739,14 +750,7 @@ class ProxyCall:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     report.bytes_sent += len(chunk)
         except DroppedMidAnswer as exc:
-            self.amend(
-                error=(
-                    f"the upstream {self.upstream.display} dropped the connection "
-                    f"mid-answer ({_reason(exc)}); the client's connection was dropped "
-                    f"the same way; nothing recorded"
-                )
-            )
-            log.warning("%s", entry.error)
+            self._dropped(exc, _DROPPED_TOO)
             if held:
                 await send({"type": "http.response.body", "body": held, "more_body": True})
                 report.bytes_sent += len(held)
@@ -800,14 +804,7 @@ class ProxyCall:
                             call.pending += call.handed_off
                         return await self._end_live(send, call, step.end)
         except DroppedMidAnswer as exc:
-            self.amend(
-                error=(
-                    f"the upstream {self.upstream.display} dropped the connection "
-                    f"mid-answer ({_reason(exc)}); the client's connection was dropped "
-                    f"the same way; nothing recorded"
-                )
-            )
-            log.warning("%s", self.entry.error)
+            self._dropped(exc, _DROPPED_TOO)
             return _End.ABORT
         last = len(splitter.frames[-1][0]) if splitter.frames else 0
         splitter.finish()
@@ -924,14 +921,7 @@ class ProxyCall:
                 else:
                     parts.append(chunk)
         except DroppedMidAnswer as exc:
-            self.amend(
-                error=(
-                    f"the upstream {self.upstream.display} dropped the connection "
-                    f"mid-answer ({_reason(exc)}); nothing recorded, no fault "
-                    f"applied"
-                )
-            )
-            log.warning("%s", self.entry.error)
+            self._dropped(exc, "nothing recorded, no fault applied")
             if splitter is not None:
                 return ResponsePlan(
                     status=status,
@@ -1053,6 +1043,10 @@ def _spawn(drain: Coroutine[Any, Any, None]) -> bool:
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
+
+
+_DROPPED_TOO = "the client's connection was dropped the same way; nothing recorded"
+"""What became of an answer passed on as it came when the upstream dropped it (`_dropped`)."""
 
 
 def _reason(exc: Exception) -> str:
