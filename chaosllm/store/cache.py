@@ -99,6 +99,10 @@ def default_cache() -> RecordingsCache | None:
 # -- the cached form of an exchange -------------------------------------------------------
 
 
+_OWN_FIELDS = ("digest", "name", "scenario", "meta", "source", "stored_digest", "keyed_by")
+"""The fields of an `Exchange` after its request and response, in the array's order."""
+
+
 def encode_exchange(exchange: Exchange) -> list[Any]:
     """An exchange as a JSON array (`decode_exchange` is the inverse)."""
     request, response = exchange.request, exchange.response
@@ -113,35 +117,12 @@ def encode_exchange(exchange: Exchange) -> list[Any]:
         response.stream,
         None if chunks is None else [[c.data, c.delay_ms] for c in chunks],
         [list(h) for h in response.headers],
-        exchange.digest,
-        exchange.name,
-        exchange.scenario,
-        exchange.meta,
-        exchange.source,
-        exchange.stored_digest,
-        exchange.keyed_by,
+        *(getattr(exchange, name) for name in _OWN_FIELDS),
     ]
 
 
 def decode_exchange(item: Sequence[Any]) -> Exchange:
-    (
-        provider,
-        method,
-        path,
-        body,
-        status,
-        response_body,
-        stream,
-        chunks,
-        headers,
-        digest,
-        name,
-        scenario,
-        meta,
-        source,
-        stored_digest,
-        keyed_by,
-    ) = item
+    provider, method, path, body, status, response_body, stream, chunks, headers, *own = item
     return Exchange(
         provider,
         RecordedRequest(method, path, body),
@@ -152,13 +133,7 @@ def decode_exchange(item: Sequence[Any]) -> Exchange:
             None if chunks is None else tuple([RecordedChunk(d, t) for d, t in chunks]),
             tuple([(k, v) for k, v in headers]),
         ),
-        digest,
-        name,
-        scenario,
-        meta,
-        source,
-        stored_digest,
-        keyed_by,
+        **dict(zip(_OWN_FIELDS, own, strict=True)),
     )
 
 
