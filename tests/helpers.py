@@ -9,8 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,6 +40,17 @@ resolution early, and a test measured a 200 ms stall as 0.197 s."""
 def recording(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((RECORDINGS / f"{name}.json").read_text("utf-8"))
     return data
+
+
+def chunk_data(name: str) -> list[str]:
+    """The data of each chunk of the shipped recording `name` (a stream)."""
+    return [c["data"] for c in recording(name)["response"]["chunks"]]
+
+
+def written_chunk_data(record_dir: Path) -> list[str]:
+    """The data of each chunk of the one recording written under `record_dir` (a stream)."""
+    [written] = record_dir.rglob("*.json")
+    return [c["data"] for c in json.loads(written.read_text("utf-8"))["response"]["chunks"]]
 
 
 def all_recordings(provider: str = "openai.chat") -> list[str]:
@@ -95,6 +108,27 @@ def serving(
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+@contextmanager
+def loopback_upstream(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP upstream on 127.0.0.1 (a free port) answering with `handler` in a
+    thread: its base URL; shut down (and its thread joined, bounded) on exit."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+def write_chunk(handler: BaseHTTPRequestHandler, data: bytes) -> None:
+    """One chunk of a chunked body (`handler` sent ``transfer-encoding: chunked``)."""
+    handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+    handler.wfile.flush()
 
 
 @contextmanager

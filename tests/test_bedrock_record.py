@@ -7,10 +7,9 @@ SigV4 ``Authorization`` or any ``X-Amz-*`` header; a fresh server replays them e
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote
@@ -21,6 +20,7 @@ from botocore.config import Config
 
 from chaosllm import ChaosServer
 from chaosllm.providers import PROVIDERS
+from tests.helpers import loopback_upstream, write_chunk
 from tests.test_bedrock_sdk import assembled
 
 BEDROCK = PROVIDERS["bedrock.converse"]
@@ -67,8 +67,7 @@ class Upstream(BaseHTTPRequestHandler):
             self.end_headers()
             for text in BEDROCK.stream_frames(ANSWER):
                 frame = BEDROCK.encode_frame(text)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-                self.wfile.flush()
+                write_chunk(self, frame)
             self.wfile.write(b"0\r\n\r\n")
         else:
             data = json.dumps(ANSWER).encode()
@@ -85,15 +84,8 @@ class Upstream(BaseHTTPRequestHandler):
 @contextmanager
 def upstream() -> Iterator[str]:
     Upstream.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_upstream(Upstream) as url:
+        yield url
 
 
 def client(url: str) -> Any:

@@ -7,10 +7,9 @@ stated as assertions: the README's table)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,15 @@ from google.oauth2.credentials import Credentials
 from chaosllm import ChaosServer
 from chaosllm.providers.sse import iter_data
 from chaosllm.testing.pytest_plugin import ChaosHandle
-from tests.helpers import all_recordings, recording
+from tests.helpers import (
+    all_recordings,
+    chunk_data,
+    loopback_upstream,
+    recording,
+    recording_proxy,
+    write_chunk,
+    written_chunk_data,
+)
 
 NAMES = all_recordings("gemini.generate_content")
 TEXT = "gemini-text/0001"
@@ -537,7 +544,7 @@ class _Upstream(BaseHTTPRequestHandler):
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
             for piece in (data[:100], data[100:]):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                write_chunk(self, piece)
             self.wfile.write(b"0\r\n\r\n")
             return
         body = json.dumps(recording(TEXT)["response"]["body"]).encode()
@@ -551,15 +558,8 @@ class _Upstream(BaseHTTPRequestHandler):
 @pytest.fixture
 def upstream() -> Iterator[str]:
     _Upstream.keys = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with loopback_upstream(_Upstream) as url:
+        yield url
 
 
 def test_record_then_replay_and_no_key_is_stored(
@@ -587,9 +587,7 @@ def test_record_then_replay_and_no_key_is_stored(
     stored = [json.loads(t) for t in texts]
     assert {s["provider"] for s in stored} == {"gemini.generate_content"}
     [stream] = [s for s in stored if s["response"]["stream"]]
-    assert [c["data"] for c in stream["response"]["chunks"]] == [
-        c["data"] for c in recording(STREAM)["response"]["chunks"]
-    ]
+    assert [c["data"] for c in stream["response"]["chunks"]] == chunk_data(STREAM)
     assert stream["request"]["body"]["alt"] == "sse"
     with ChaosServer(tmp_path) as replay, client(replay) as c:
         assert dump(c.models.generate_content(**call(TEXT))) == dump(expected(TEXT))
@@ -599,20 +597,12 @@ def test_record_then_replay_and_no_key_is_stored(
 
 
 def test_the_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
-    with (
-        ChaosServer() as upstream,
-        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
-        client(proxy) as c,
-    ):
+    with recording_proxy(record_dir=tmp_path) as (upstream, proxy), client(proxy) as c:
         upstream.arm("truncated_stream", after_chunks=2)
         assert len(streamed(c, STREAM)) == 2
         assert list(tmp_path.rglob("*.json")) == []
         streamed(c, STREAM)
-        [written] = tmp_path.rglob("*.json")
-        chunks = json.loads(written.read_text())["response"]["chunks"]
-        assert [ch["data"] for ch in chunks] == [
-            ch["data"] for ch in recording(STREAM)["response"]["chunks"]
-        ]
+        assert written_chunk_data(tmp_path) == chunk_data(STREAM)
 
 
 @pytest.mark.parametrize("kind", ["uvicorn", "h11"])

@@ -6,10 +6,9 @@ upstream, and per fault, what the client does (the README's table, observed)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,16 @@ from ollama import ChatResponse, GenerateResponse
 
 from chaosllm import ChaosServer
 from chaosllm.providers.ollama import OllamaChat
-from tests.helpers import all_recordings, recording, serving
+from tests.helpers import (
+    all_recordings,
+    chunk_data,
+    loopback_upstream,
+    recording,
+    recording_proxy,
+    serving,
+    write_chunk,
+    written_chunk_data,
+)
 
 CHAT_NAMES = all_recordings("ollama.chat")
 GENERATE_NAMES = all_recordings("ollama.generate")
@@ -364,23 +372,15 @@ class _Upstream(BaseHTTPRequestHandler):
         ]
         for item in [*lines, final]:
             frame = (json.dumps(item, separators=(",", ":")) + "\n").encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-            self.wfile.flush()
+            write_chunk(self, frame)
         self.wfile.write(b"0\r\n\r\n")
 
 
 @pytest.fixture
 def upstream() -> Iterator[str]:
     _Upstream.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+    with loopback_upstream(_Upstream) as url:
+        yield url
 
 
 def test_record_then_replay(tmp_path: Path, upstream: str) -> None:
@@ -427,20 +427,12 @@ def test_chaosllm_serve_records_then_replays(tmp_path: Path, upstream: str) -> N
 
 
 def test_the_recorder_never_stores_a_cut_stream(tmp_path: Path) -> None:
-    with (
-        ChaosServer() as upstream,
-        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
-        client(proxy) as c,
-    ):
+    with recording_proxy(record_dir=tmp_path) as (upstream, proxy), client(proxy) as c:
         upstream.arm("truncated_stream", after_chunks=2)
         assert len(chat_parts(c, STREAM)) == 2
         assert list(tmp_path.rglob("*.json")) == []
         assert chat_parts(c, STREAM)[-1].done
-        [written] = tmp_path.rglob("*.json")
-        chunks = json.loads(written.read_text())["response"]["chunks"]
-        assert [ch["data"] for ch in chunks] == [
-            ch["data"] for ch in recording(STREAM)["response"]["chunks"]
-        ]
+        assert written_chunk_data(tmp_path) == chunk_data(STREAM)
 
 
 # -- the pytest fixture ---------------------------------------------------------------------
