@@ -29,6 +29,16 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 """The example clients (``examples/``)."""
 CLI = [sys.executable, "-m", "chaosllm"]
 
+FAILURE_CLASSES = (
+    "context_length_exceeded",
+    "insufficient_quota",
+    "content_filter",
+    "invalid_api_key",
+    "model_not_found",
+    "overloaded",
+)
+"""The fault types of the named failure classes (SPEC §5), in the spec's order."""
+
 CLOCK_SLACK = 0.02
 """Lower bounds on elapsed time allow this much: asyncio fires a timer up to one clock
 resolution early, and a test measured a 200 ms stall as 0.197 s."""

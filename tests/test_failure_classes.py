@@ -24,18 +24,11 @@ from chaosllm.store.profiles import load_profile
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.strategies import RECOVERABLE
 from chaosllm.testing.probe import default_faults
-from tests.helpers import recording
+from tests.helpers import FAILURE_CLASSES, recording
 
 pytestmark = pytest.mark.timeout(60)
 
-CLASSES = (
-    "context_length_exceeded",
-    "insufficient_quota",
-    "content_filter",
-    "invalid_api_key",
-    "model_not_found",
-    "overloaded",
-)
+CLASSES = FAILURE_CLASSES
 ERRORS = tuple(c for c in CLASSES if c != "content_filter")
 BEDROCK_MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 AZURE_QUERY = "api-version=2024-10-21"

@@ -34,6 +34,7 @@ from chaosllm.faults.spec import COMMON_FIELDS, MATCH_FIELDS
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.strategies import SIMPLEST_FIRST, faults
 from chaosllm.testing.probe import default_faults
+from tests.helpers import FAILURE_CLASSES
 from tests.test_fault_transform import ANSWER, TOOL_ANSWER, context
 
 PACKAGE = Path(chaosllm.__file__).parent
@@ -250,14 +251,7 @@ EXEMPT = {
     **{
         ("providers/openai_common.py", word): "OpenAI's own error code (or finish reason), "
         "after which the failure class is named"
-        for word in (
-            "context_length_exceeded",
-            "insufficient_quota",
-            "content_filter",
-            "invalid_api_key",
-            "model_not_found",
-            "overloaded",
-        )
+        for word in FAILURE_CLASSES
     },
 }
 """The same word with another meaning."""

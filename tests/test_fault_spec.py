@@ -8,6 +8,7 @@ import pytest
 
 from chaosllm.errors import InvalidFaultSpec
 from chaosllm.faults import FAULT_TYPES, parse_fault_spec, parse_fault_specs
+from tests.helpers import FAILURE_CLASSES
 
 SPEC_NAMES = [
     "empty_response",
@@ -24,12 +25,7 @@ SPEC_NAMES = [
     "slow_stream",
     "stall",
     "garbage",
-    "context_length_exceeded",
-    "insufficient_quota",
-    "content_filter",
-    "invalid_api_key",
-    "model_not_found",
-    "overloaded",
+    *FAILURE_CLASSES,
     "keepalive_comments",
     "crlf_frames",
     "data_no_space",
