@@ -57,12 +57,19 @@ def test_openai_sdk_retries_insufficient_quota_like_any_429(server: ChaosServer)
     assert "retry-after" not in info.value.response.headers
 
 
-def test_openai_sdk_retries_a_rate_limit_and_recovers(server: ChaosServer) -> None:
-    server.arm("http_429", retry_after=0.05)
-    with openai_client(server, max_retries=2) as client:
+@pytest.mark.parametrize(
+    ("type_", "retries", "status"),
+    [("http_429", 2, 429), ("overloaded", 1, 503)],
+    ids=["rate_limit", "overload"],
+)
+def test_openai_sdk_retries_a_transient_failure_and_recovers(
+    server: ChaosServer, type_: str, retries: int, status: int
+) -> None:
+    server.arm(type_, retry_after=0.05)
+    with openai_client(server, max_retries=retries) as client:
         completion = client.chat.completions.create(**request_body(NAME, stream=False))
     assert completion.choices[0].message.content
-    assert attempts(server) == [429, 200]
+    assert attempts(server) == [status, 200]
 
 
 @pytest.mark.parametrize(
@@ -80,14 +87,6 @@ def test_openai_sdk_does_not_retry_the_4xx_classes(
     with openai_client(server, max_retries=2) as client, pytest.raises(error) as info:
         client.chat.completions.create(**request_body(NAME, stream=False))
     assert info.value.code == code and len(attempts(server)) == 1
-
-
-def test_openai_sdk_retries_an_overload_and_recovers(server: ChaosServer) -> None:
-    server.arm("overloaded", retry_after=0.05)
-    with openai_client(server, max_retries=1) as client:
-        completion = client.chat.completions.create(**request_body(NAME, stream=False))
-    assert completion.choices[0].message.content
-    assert attempts(server) == [503, 200]
 
 
 @pytest.mark.parametrize("stream", [False, True])
