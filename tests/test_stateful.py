@@ -197,25 +197,18 @@ class EagerStreamingAgent(AgentLoop):
                         call["function"]["arguments"] += delta.function.arguments or ""
             for call in calls.values():  # the bug: run as soon as the arguments parse
                 if call["id"] not in results and _parses(call["function"]["arguments"]):
-                    results[call["id"]] = self.run_tool(call)
+                    results[call["id"]] = super().run_tool(call)
         for call in calls.values():
             if call["id"] not in results:
-                results[call["id"]] = self.run_tool(call)  # ValueError: arguments cut short
+                results[call["id"]] = super().run_tool(call)  # ValueError: arguments cut short
         self.results = results
         if calls:
             return {"content": None, "tool_calls": list(calls.values())}
         return {"content": "".join(text)}
 
-    def take(self, message: Mapping[str, Any]) -> None:
-        calls = message.get("tool_calls")
-        if not calls:
-            super().take(message)
-            return
-        self.messages.append({"role": "assistant", "content": None, "tool_calls": calls})
-        for call in calls:
-            self.messages.append(
-                {"role": "tool", "tool_call_id": call["id"], "content": self.results[call["id"]]}
-            )
+    def run_tool(self, call: Mapping[str, Any]) -> str:
+        """The result `take` sends back: the one the call got as it streamed."""
+        return self.results[call["id"]]
 
 
 def _parses(text: str) -> bool:
