@@ -238,7 +238,8 @@ def test_the_first_frame_reaches_the_client_before_the_upstream_sends_its_third(
             )
             first = next(iter(stream))
             # The upstream has sent two frames and waits: the client has the first already.
-            assert not upstream.release.is_set() and len(upstream.sent) == 2
+            assert not upstream.release.is_set()  # the held frame is not sent yet
+            assert upstream.held.wait(WAIT) and len(upstream.sent) == 2
             assert first.choices[0].delta.role == "assistant"
             upstream.release.set()
             got = [first]
@@ -351,7 +352,8 @@ def test_malformed_tool_args_break_the_argument_deltas_as_they_pass(
             chunks = iter(stream)
             got = [next(chunks), next(chunks), next(chunks)]
             # The first argument delta arrived, broken, while the upstream waits.
-            assert not upstream.release.is_set() and len(upstream.sent) == 3
+            assert not upstream.release.is_set()  # the held frame is not sent yet
+            assert upstream.held.wait(WAIT) and len(upstream.sent) == 3
             upstream.release.set()
             got.extend(chunks)
         arguments = "".join(
@@ -482,7 +484,8 @@ def test_anthropic_sdk_gets_input_json_deltas_broken_as_they_pass(
             shown = sum(b"event: ping" not in f for f in frames[: first + 1])
             got = [next(events) for _ in range(shown)]
             # The first argument delta arrived, cut, while the upstream waits.
-            assert not upstream.release.is_set() and len(upstream.sent) == first + 1
+            assert not upstream.release.is_set()  # the held frame is not sent yet
+            assert upstream.held.wait(WAIT) and len(upstream.sent) == first + 1
             assert got[-1].type == "content_block_delta"
             upstream.release.set()
             got.extend(events)
@@ -548,7 +551,8 @@ def test_responses_sdk_gets_function_call_arguments_broken_as_they_pass(
             )
             events = iter(stream)
             got: list[Any] = [next(events) for _ in range(first + 1)]
-            assert not upstream.release.is_set() and len(upstream.sent) == first + 1
+            assert not upstream.release.is_set()  # the held frame is not sent yet
+            assert upstream.held.wait(WAIT) and len(upstream.sent) == first + 1
             assert got[-1].type == "response.function_call_arguments.delta"
             upstream.release.set()
             got.extend(events)
