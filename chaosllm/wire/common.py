@@ -9,6 +9,7 @@ fallback) import from here; nothing here does I/O on a connection.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import importlib.util
 import ipaddress
@@ -17,15 +18,18 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
 import anyio
+import anyio.abc
+import anyio.from_thread
 
 from chaosllm.core.report import PlanReport
+from chaosllm.errors import ServerError
 from chaosllm.model import ResponsePlan
 from chaosllm.wire.asgi import ASGIApp, Message
 
@@ -33,6 +37,7 @@ __all__ = [
     "CONTROL_PREFIX",
     "Direct",
     "ErrorBody",
+    "ServerCore",
     "backend_options",
     "bind_sockets",
     "raise_nofile_limit",
@@ -294,3 +299,133 @@ class Lifespan:
         elif kind == "lifespan.shutdown.failed":
             logger.error("ASGI lifespan shutdown failed: %s", message.get("message", ""))
             self.finished.set()
+
+
+class ServerCore(abc.ABC):
+    """What both servers are besides their parsers and loops: their settings, the ASGI
+    lifespan around the listening sockets, the bound URL, the shutdown that waits, and
+    serving from a background thread. A server implements `serve` (which calls
+    `_serve_app`), `_serve_sockets` and `_shutdown_in_loop`."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        header_timeout_s: float = 10.0,
+        keepalive_timeout_s: float = 75.0,
+        max_connections: int = 10_000,
+        graceful_timeout_s: float = 5.0,
+        error_body: ErrorBody | None = None,
+        body_timeout_s: float = 10.0,
+        body_min_rate: float = 32 * 1024,
+        direct: Direct | None = None,
+    ) -> None:
+        self.app = app
+        self.error_body = error_body
+        """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
+        self.direct = direct
+        """The fast path (see `Direct`): a plan for a request without the ASGI app."""
+        self.host = host
+        self.port = port
+        self.max_body_bytes = max_body_bytes
+        self.header_timeout_s = header_timeout_s
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self.max_connections = max_connections
+        self.graceful_timeout_s = graceful_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.body_min_rate = body_min_rate
+        self.bound: tuple[str, int] | None = None
+        """The address actually listened on, once `serve` has started."""
+        self.shutting_down = False
+        self._state: dict[str, Any] = {}
+        self._loop_thread: int | None = None
+        self._stop: anyio.Event | None = None
+        self._stopped: anyio.Event | None = None
+        self._drained: anyio.Event | None = None
+        self._init_state()
+
+    @abc.abstractmethod
+    def _init_state(self) -> None:
+        """The server's own state (its connections), set up by `__init__`."""
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the bound socket (only once started)."""
+        if self.bound is None:
+            raise ServerError("the server is not listening")
+        host, port = self.bound
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+
+    @abc.abstractmethod
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until `request_shutdown`; ``task_status.started((host, port))`` once bound."""
+
+    @abc.abstractmethod
+    async def _serve_sockets(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> None:
+        """Listen and serve connections until asked to stop."""
+
+    @abc.abstractmethod
+    def _shutdown_in_loop(self) -> None:
+        """Stop accepting and wind the connections down (from the loop's thread)."""
+
+    async def _serve_app(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> str | None:
+        """Lifespan around the sockets; returns why the server could not run, if so."""
+        failure: str | None = None
+        async with anyio.create_task_group() as tg:
+            lifespan = Lifespan(self.app, self._state)
+            tg.start_soon(lifespan.run)
+            await lifespan.started.wait()
+            if lifespan.failed is not None:
+                failure = f"ASGI lifespan startup failed: {lifespan.failed}"
+            else:
+                try:
+                    await self._serve_sockets(task_status)
+                except OSError as exc:
+                    failure = f"cannot listen on {self.host}:{self.port}: {exc}"
+                finally:
+                    if lifespan.supported:
+                        lifespan.shutdown_requested.set()
+                        with anyio.move_on_after(self.graceful_timeout_s, shield=True):
+                            await lifespan.finished.wait()
+            tg.cancel_scope.cancel()
+        return failure
+
+    async def shutdown(self) -> None:
+        """Request shutdown and wait until `serve` has returned (from the loop's thread)."""
+        self._shutdown_in_loop()
+        if self._stopped is not None:
+            await self._stopped.wait()
+
+    def thread_options(self, backend: str) -> dict[str, Any] | None:
+        """anyio's backend options for `run_in_thread` when none are given (the
+        backend's defaults)."""
+        return None
+
+    @contextlib.contextmanager
+    def run_in_thread(
+        self,
+        *,
+        backend: str = "asyncio",
+        timeout_s: float = 30.0,
+        options: dict[str, Any] | None = None,
+    ) -> Iterator[tuple[str, int]]:
+        """Serve in a background thread (its own event loop, with `options`, default
+        `thread_options`); yields ``(host, port)``.
+
+        On exit the server is shut down and the thread joined (errors re-raised).
+        """
+        chosen = self.thread_options(backend) if options is None else options
+        with anyio.from_thread.start_blocking_portal(backend, chosen) as portal:
+            future, bound = portal.start_task(self.serve)
+            try:
+                yield bound
+            finally:
+                portal.call(self._shutdown_in_loop)
+                future.result(timeout=timeout_s)

@@ -58,7 +58,6 @@ import logging
 import socket
 import struct
 import threading
-from collections.abc import Iterator
 from typing import Any, Final
 
 import anyio
@@ -70,7 +69,7 @@ import h11
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, ResponsePlan
-from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, PlanAborted, Scope
+from chaosllm.wire.asgi import PLAN_EXTENSION, Message, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
     BOTH_FRAMINGS,
@@ -78,8 +77,7 @@ from chaosllm.wire.common import (
     MAX_STASH,
     PHRASES,
     Direct,
-    ErrorBody,
-    Lifespan,
+    ServerCore,
     address,
     bind_sockets,
     body_deadline,
@@ -111,7 +109,7 @@ def _emit(conn: h11.Connection, event: h11.Event) -> list[bytes]:
     return parts
 
 
-class H11WireServer:
+class H11WireServer(ServerCore):
     """An HTTP/1.1 server hosting an ASGI app, able to execute `ResponsePlan`s exactly.
 
     Usage (in an anyio task group)::
@@ -127,58 +125,11 @@ class H11WireServer:
             ...
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        max_body_bytes: int = 16 * 1024 * 1024,
-        header_timeout_s: float = 10.0,
-        keepalive_timeout_s: float = 75.0,
-        max_connections: int = 10_000,
-        graceful_timeout_s: float = 5.0,
-        error_body: ErrorBody | None = None,
-        body_timeout_s: float = 10.0,
-        body_min_rate: float = 32 * 1024,
-        direct: Direct | None = None,
-    ) -> None:
-        self.app = app
-        self.error_body = error_body
-        """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
-        self.direct = direct
-        """The fast path (see `Direct`): a plan for a request without the ASGI app."""
-        self.body_timeout_s = body_timeout_s
-        self.body_min_rate = body_min_rate
-        self.host = host
-        self.port = port
-        self.max_body_bytes = max_body_bytes
-        self.header_timeout_s = header_timeout_s
-        self.keepalive_timeout_s = keepalive_timeout_s
-        self.max_connections = max_connections
-        self.graceful_timeout_s = graceful_timeout_s
-        self.bound: tuple[str, int] | None = None
-        """The address actually listened on, once `serve` has started."""
-        self.shutting_down = False
-        self._state: dict[str, Any] = {}
+    def _init_state(self) -> None:
         self._connections: set[_Connection] = set()
         self._idle: dict[_Connection, None] = {}
         """Connections waiting for a request head with nothing of it received, oldest first."""
-        self._stop: anyio.Event | None = None
-        self._stopped: anyio.Event | None = None
-        self._drained: anyio.Event | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._loop_thread: int | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the bound socket (only once started)."""
-        if self.bound is None:
-            raise ServerError("the server is not listening")
-        host, port = self.bound
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}"
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -206,28 +157,6 @@ class H11WireServer:
         if failure is not None:
             raise ServerError(failure)
 
-    async def _serve_app(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> str | None:
-        """Lifespan around the sockets; returns why the server could not run, if so."""
-        failure: str | None = None
-        async with anyio.create_task_group() as tg:
-            lifespan = Lifespan(self.app, self._state)
-            tg.start_soon(lifespan.run)
-            await lifespan.started.wait()
-            if lifespan.failed is not None:
-                failure = f"ASGI lifespan startup failed: {lifespan.failed}"
-            else:
-                try:
-                    await self._serve_sockets(task_status)
-                except OSError as exc:
-                    failure = f"cannot listen on {self.host}:{self.port}: {exc}"
-                finally:
-                    if lifespan.supported:
-                        lifespan.shutdown_requested.set()
-                        with anyio.move_on_after(self.graceful_timeout_s, shield=True):
-                            await lifespan.finished.wait()
-            tg.cancel_scope.cancel()
-        return failure
-
     def request_shutdown(self) -> None:
         """Ask `serve` to stop; callable from any thread.
 
@@ -241,28 +170,6 @@ class H11WireServer:
                 portal.call(self._shutdown_in_loop)
             return
         self._shutdown_in_loop()
-
-    async def shutdown(self) -> None:
-        """Request shutdown and wait until `serve` has returned (from the loop's thread)."""
-        self._shutdown_in_loop()
-        if self._stopped is not None:
-            await self._stopped.wait()
-
-    @contextlib.contextmanager
-    def run_in_thread(
-        self, *, backend: str = "asyncio", timeout_s: float = 30.0
-    ) -> Iterator[tuple[str, int]]:
-        """Serve in a background thread (its own event loop); yields ``(host, port)``.
-
-        On exit the server is shut down and the thread joined (errors re-raised).
-        """
-        with anyio.from_thread.start_blocking_portal(backend) as portal:
-            future, address = portal.start_task(self.serve)
-            try:
-                yield address
-            finally:
-                portal.call(self._shutdown_in_loop)
-                future.result(timeout=timeout_s)
 
     def _shutdown_in_loop(self) -> None:
         self.shutting_down = True

@@ -68,7 +68,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, cast
 
 import anyio
@@ -79,7 +79,7 @@ import httptools
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, ResponsePlan
-from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message, PlanAborted, Scope
+from chaosllm.wire.asgi import PLAN_EXTENSION, Message, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
     BOTH_FRAMINGS,
@@ -90,7 +90,7 @@ from chaosllm.wire.common import (
     RESERVE,
     Direct,
     ErrorBody,
-    Lifespan,
+    ServerCore,
     address,
     backend_options,
     bind_sockets,
@@ -364,7 +364,7 @@ class _Sleep:
         self.handle.cancel()
 
 
-class WireServer:
+class WireServer(ServerCore):
     """An HTTP/1.1 server hosting an ASGI app, able to execute `ResponsePlan`s exactly.
 
     Usage (in an anyio task group, on the asyncio backend)::
@@ -383,61 +383,18 @@ class WireServer:
     returns is executed as the ``chaosllm.plan`` message would be, without the app.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        max_body_bytes: int = 16 * 1024 * 1024,
-        header_timeout_s: float = 10.0,
-        keepalive_timeout_s: float = 75.0,
-        max_connections: int = 10_000,
-        graceful_timeout_s: float = 5.0,
-        error_body: ErrorBody | None = None,
-        body_timeout_s: float = 10.0,
-        body_min_rate: float = 32 * 1024,
-        direct: Direct | None = None,
-    ) -> None:
-        self.app = app
-        self.error_body = error_body
-        """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
-        self.direct = direct
-        """The fast path (see `Direct`): a plan for a request without the ASGI app."""
-        self.host = host
-        self.port = port
-        self.max_body_bytes = max_body_bytes
-        self.header_timeout_s = header_timeout_s
-        self.keepalive_timeout_s = keepalive_timeout_s
-        self.max_connections = max_connections
-        self.graceful_timeout_s = graceful_timeout_s
-        self.body_timeout_s = body_timeout_s
-        self.body_min_rate = body_min_rate
-        self.bound: tuple[str, int] | None = None
-        """The address actually listened on, once `serve` has started."""
-        self.shutting_down = False
-        self._state: dict[str, Any] = {}
+    def _init_state(self) -> None:
         self._conns: set[_Conn] = set()
         self._idle: dict[_Conn, None] = {}
         """Connections waiting for a request with nothing of it received, oldest first."""
-        self._cap = max_connections
+        self._cap = self.max_connections
         self._full_warned = False
         self._heads: dict[tuple[Any, ...], _Head] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._stop: anyio.Event | None = None
-        self._stopped: anyio.Event | None = None
-        self._drained: anyio.Event | None = None
 
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the bound socket (only once started)."""
-        if self.bound is None:
-            raise ServerError("the server is not listening")
-        host, port = self.bound
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}"
+    def thread_options(self, backend: str) -> dict[str, Any] | None:
+        """uvloop for asyncio where it is installed (`backend_options`)."""
+        return backend_options(backend)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -471,28 +428,6 @@ class WireServer:
         if failure is not None:
             raise ServerError(failure)
 
-    async def _serve_app(self, task_status: anyio.abc.TaskStatus[tuple[str, int]]) -> str | None:
-        """Lifespan around the sockets; returns why the server could not run, if so."""
-        failure: str | None = None
-        async with anyio.create_task_group() as tg:
-            lifespan = Lifespan(self.app, self._state)
-            tg.start_soon(lifespan.run)
-            await lifespan.started.wait()
-            if lifespan.failed is not None:
-                failure = f"ASGI lifespan startup failed: {lifespan.failed}"
-            else:
-                try:
-                    await self._serve_sockets(task_status)
-                except OSError as exc:
-                    failure = f"cannot listen on {self.host}:{self.port}: {exc}"
-                finally:
-                    if lifespan.supported:
-                        lifespan.shutdown_requested.set()
-                        with anyio.move_on_after(self.graceful_timeout_s, shield=True):
-                            await lifespan.finished.wait()
-            tg.cancel_scope.cancel()
-        return failure
-
     def request_shutdown(self) -> None:
         """Ask `serve` to stop; callable from any thread.
 
@@ -518,34 +453,6 @@ class WireServer:
                     return
             return
         self._shutdown_in_loop()
-
-    async def shutdown(self) -> None:
-        """Request shutdown and wait until `serve` has returned (from the loop's thread)."""
-        self._shutdown_in_loop()
-        if self._stopped is not None:
-            await self._stopped.wait()
-
-    @contextlib.contextmanager
-    def run_in_thread(
-        self,
-        *,
-        backend: str = "asyncio",
-        timeout_s: float = 30.0,
-        options: dict[str, Any] | None = None,
-    ) -> Iterator[tuple[str, int]]:
-        """Serve in a background thread (its own event loop: uvloop when it is installed,
-        unless `options` say otherwise); yields ``(host, port)``.
-
-        On exit the server is shut down and the thread joined (errors re-raised).
-        """
-        chosen = backend_options(backend) if options is None else options
-        with anyio.from_thread.start_blocking_portal(backend, chosen) as portal:
-            future, bound = portal.start_task(self.serve)
-            try:
-                yield bound
-            finally:
-                portal.call(self._shutdown_in_loop)
-                future.result(timeout=timeout_s)
 
     def _shutdown_in_loop(self) -> None:
         self.shutting_down = True
