@@ -42,7 +42,7 @@ from typing import Any, Final
 from chaosllm.http.web import error_response
 from chaosllm.providers import error_body_for_path
 from chaosllm.providers.base import ErrorKind
-from chaosllm.wire.common import raise_nofile_limit
+from chaosllm.wire.common import RESERVE, connection_cap
 
 __all__ = [
     "ACCEPT_LOG_INTERVAL_S",
@@ -66,11 +66,6 @@ BODY_MIN_RATE = 32 * 1024
 """Bytes a second a body must average once `BODY_TIMEOUT_S` has passed."""
 GRACEFUL_TIMEOUT_S: Final = 5
 """How long in-flight responses may run on at shutdown before they are cancelled."""
-RESERVE: Final = 64
-"""Connections accepted beyond the limit when no idle one can be closed, for the control
-plane and ``/health`` only (the builtin server's reserve)."""
-FD_HEADROOM: Final = 256
-"""Open files kept for everything but client connections."""
 MAX_HEAD: Final = 16 * 1024
 """The largest request head read (431 beyond, as the builtin server; h11's own default)."""
 ACCEPT_LOG_INTERVAL_S = 10.0
@@ -83,24 +78,6 @@ _PHRASES: Final = {
     408: b"Request Timeout",
     431: b"Request Header Fields Too Large",
 }
-
-
-def _connection_cap(max_connections: int) -> int:
-    """`max_connections`, lowered (with a warning) when the open-file limit cannot be
-    raised far enough for it."""
-    wanted = max_connections + RESERVE + FD_HEADROOM
-    limit = raise_nofile_limit(wanted)
-    if limit >= wanted:
-        return max_connections
-    cap = max(1, limit - RESERVE - FD_HEADROOM)
-    log.warning(
-        "the open-file limit (ulimit -n) is %d: serving at most %d connections instead of "
-        "--max-connections %d; raise the limit to serve more",
-        limit,
-        cap,
-        max_connections,
-    )
-    return cap
 
 
 def _reserved(app: Any, cap: int) -> Any:
@@ -152,7 +129,7 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
         base = H11Protocol
-    cap = _connection_cap(max_connections)
+    cap = connection_cap(max_connections)
 
     class Guarded(base):  # type: ignore[valid-type, misc]
         """One connection: uvicorn's protocol, plus a deadline timer."""
