@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaosllm.config import RateLimit
+from chaosllm.config import Mode, RateLimit
+from chaosllm.model import Piece, ResponsePlan
 from chaosllm.providers import PROVIDERS
+from chaosllm.providers.base import JSON_HEADERS
 from chaosllm.store.recordings import RecordingStore
 from tests.helpers import recording, write
 from tests.memory import EnginePair
@@ -129,3 +131,19 @@ def test_a_store_swapped_under_the_lane_is_not_trusted(tmp_path: Path) -> None:
     store = RecordingStore.load([other], cache=False)
     pair.engine.store = pair.engine.matcher.store = store
     assert _content(pair.send(_body())) == "other"
+
+
+def test_a_proxied_answer_is_faulted_by_the_model_its_protocol_names() -> None:
+    """A fault matching a model fires on a proxied Bedrock answer (the model is the path's
+    ``modelId``, `Provider.model_of`), as it is checked before the upstream is asked."""
+    data = recording("bedrock-text/0001")
+    body = {k: v for k, v in data["request"]["body"].items() if k not in ("modelId", "stream")}
+    pair = EnginePair.of(mode=Mode.PASSTHROUGH)
+    pair.arm({"type": "truncated_stream", "match": {"model": data["request"]["body"]["modelId"]}})
+    proxy = pair.proxy(body, path=data["request"]["path"])
+    answer = data["response"]["body"]
+    whole = json.dumps(answer).encode()
+    plan = ResponsePlan(status=200, headers=JSON_HEADERS, pieces=(Piece(whole, frame=False),))
+    faulted = pair.engine.fault_upstream(proxy, plan, answer)
+    assert faulted.body() != whole and whole.startswith(faulted.body())
+    assert pair.journal()[-1]["fault"]["type"] == "truncated_stream"

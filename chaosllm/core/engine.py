@@ -191,6 +191,8 @@ class _Request:
     turn: int = 0
     """The session's n-th provider request since the last reset (from 1)."""
     fields: dict[str, Any] = field(default_factory=dict)
+    prepared: _Prepared | None = None
+    """The prepared body it was read from (a replay; None for a proxied request)."""
 
     @property
     def info(self) -> RequestInfo:
@@ -281,6 +283,21 @@ class _PreparedCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _proxied(proxy: Proxy) -> _Request:
+    """What the engine knows of a proxied request once the upstream answers (the request
+    `fault_upstream` and `fault_live` fault), as `Engine._proxy` read it."""
+    assert proxy.digest is not None
+    body, provider = proxy.body, proxy.call.provider
+    return _Request(
+        proxy.call,
+        body,
+        proxy.digest,
+        provider.wants_stream(body),
+        provider.model_of(body),
+        proxy.turn,
+    )
 
 
 def _bound_key(call: ProviderCall) -> str:
@@ -452,7 +469,9 @@ class Engine:
                 if quick is not None:
                     return quick
         body = prepared.body
-        request = _Request(call, body, prepared.digest, prepared.stream, prepared.model, turn)
+        request = _Request(
+            call, body, prepared.digest, prepared.stream, prepared.model, turn, prepared=prepared
+        )
         findings = [dict(f) for f in prepared.findings]
         request.fields["findings"] = findings
         if findings and self.config.strict:
@@ -589,10 +608,8 @@ class Engine:
             or not self._quiet()
         ):
             return
-        prepared = self._prepared.get(
-            (_bound_key(call) if call.provider.path_templates else call.provider.name, call.body)
-        )
-        if prepared is None or prepared.body is not request.body:
+        prepared = request.prepared
+        if prepared is None:
             return
         lanes = self._lanes
         if len(lanes) >= _LANES:
@@ -928,16 +945,7 @@ class Engine:
 
     def fault_upstream(self, proxy: Proxy, plan: ResponsePlan, answer: JSON) -> ResponsePlan:
         """A proxied answer, read whole, after the fault that fires on it (if any)."""
-        assert proxy.digest is not None
-        call = proxy.call
-        request = _Request(
-            call,
-            proxy.body,
-            proxy.digest,
-            proxy.call.provider.wants_stream(proxy.body),
-            proxy.body.get("model"),
-            proxy.turn,
-        )
+        request = _proxied(proxy)
         drawn = proxy.drawn
 
         def undrawn(spec: FaultSpec) -> bool:
@@ -964,11 +972,8 @@ class Engine:
         other fault matches after it; one without a counterpart needs the whole answer
         (`LiveChoice.buffered`: `fault_upstream`, which does not offer the faults again
         that were offered here). No fault: an empty choice."""
-        assert proxy.digest is not None
-        call, body = proxy.call, proxy.body
-        provider = call.provider
-        stream = provider.wants_stream(body)
-        request = _Request(call, body, proxy.digest, stream, body.get("model"), proxy.turn)
+        request = _proxied(proxy)
+        body, provider, stream = proxy.body, proxy.call.provider, request.stream
         ctx = LiveContext(provider, body)
         drawn = list(proxy.drawn)
         machines: dict[int, LiveFault] = {}
