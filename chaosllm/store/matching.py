@@ -277,7 +277,7 @@ class Matcher:
                     return found
             exhausted = (
                 self._exhausted(state)
-                + self._model_clash(state, body)
+                + self._model_clash(state, provider, body)
                 + self._no_text_step(state, provider, body)
             )
         raise NoMatch(digest, exhausted + self.explain_miss(provider, body, digest))
@@ -332,9 +332,9 @@ class Matcher:
             f"{scenario!r} are all tool_calls steps: send the tools the agent offers.\n"
         )
 
-    def _model_clash(self, state: _Session, body: JSON) -> str:
+    def _model_clash(self, state: _Session, provider: Provider, body: JSON) -> str:
         """What a miss says first when several traces answer as the request's model."""
-        model = body.get("model") if isinstance(body, dict) else None
+        model = provider.model_of(body)
         if state.scenario is not None or not isinstance(model, str):
             return ""
         clash = [s for s, m in self.store.sequence_scenarios.items() if m == model]
@@ -372,7 +372,7 @@ class Matcher:
             return Match(exchange, Strategy.EXACT, 1.0, None, key, served)
         if strategy is Strategy.SEQUENCE:
             if state.scenario is None:
-                state.scenario = self._trace_for(body)
+                state.scenario = self._trace_for(provider, body)
             if state.scenario is None:
                 return None
             step = trace_next_step(
@@ -419,13 +419,13 @@ class Matcher:
                 return found
         return None
 
-    def _trace_for(self, body: JSON) -> str | None:
+    def _trace_for(self, provider: Provider, body: JSON) -> str | None:
         """The trace a session with no active scenario follows: the one answering as the
         request's model, else the only one loaded."""
         traces = self.store.sequence_scenarios
         if not traces:
             return None
-        model = body.get("model") if isinstance(body, dict) else None
+        model = provider.model_of(body)
         by_model = [s for s, m in traces.items() if m is not None and m == model]
         if len(by_model) == 1:
             return by_model[0]
