@@ -8,14 +8,16 @@ import json
 import os
 import shutil
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chaosllm.model import Exchange
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.store import cache as cache_module
-from chaosllm.store.cache import NO_CACHE_ENV, RecordingsCache, default_cache
+from chaosllm.store.cache import NO_CACHE_ENV, CachedExchange, RecordingsCache, default_cache
 from chaosllm.store.formats import recording_files, recording_paths
 from chaosllm.store.recordings import RecordingStore, shipped_dir
 from tests.helpers import write
@@ -60,6 +62,19 @@ def age(root: Path) -> None:
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
             os.utime(os.path.join(dirpath, name), (OLD, OLD))
+
+
+def read_cache(path: Path) -> tuple[dict[str, Any], bytes]:
+    """A cache file's first line (JSON) and the bodies after it."""
+    head, _, bodies = path.read_bytes().partition(b"\n")
+    data: dict[str, Any] = json.loads(head)
+    return data, bodies
+
+
+def write_cache(path: Path, data: dict[str, Any], bodies: bytes) -> None:
+    """Write a cache file by hand, as its owner only may."""
+    path.write_bytes(json.dumps(data).encode("ascii") + b"\n" + bodies)
+    path.chmod(0o600)
 
 
 def state(store: RecordingStore) -> tuple[Any, ...]:
@@ -124,13 +139,69 @@ def test_the_cache_serves_what_it_holds_not_the_files(
     age(root)
     RecordingStore.load([root], cache=cache)
     [path] = cache.directory.iterdir()
-    data = json.loads(path.read_bytes())
+    data, bodies = read_cache(path)
     [entry] = data["files"].values()
-    entry[1][0][10] = "s/renamed"  # the exchange's name
-    path.write_text(json.dumps(data), encoding="ascii")
-    path.chmod(0o600)
+    entry[1][0][2] = "s/renamed"  # the exchange's name
+    write_cache(path, data, bodies)
     [exchange] = RecordingStore.load([root], cache=cache).exchanges
     assert exchange.name == "s/renamed"
+
+
+def test_a_cached_exchange_is_decoded_when_first_read_and_is_then_a_plain_one(
+    tmp_path: Path, cache: RecordingsCache
+) -> None:
+    root = tmp_path / "recordings"
+    for i in range(3):
+        write(root / "s" / f"{i:04d}.json", recording(i, text=f"answer {i}"))
+    age(root)
+    parsed = RecordingStore.load([root], cache=False).exchanges
+    RecordingStore.load([root], cache=cache)
+    first, second, third = RecordingStore.load([root], cache=cache).exchanges
+    assert [type(e) for e in (first, second, third)] == [CachedExchange] * 3
+    # What indexing reads is there without decoding anything.
+    assert (first.name, first.digest, first.meta) == (
+        parsed[0].name,
+        parsed[0].digest,
+        {"description": "recording 0"},
+    )
+    assert type(first) is CachedExchange
+    assert first.response.body["choices"][0]["message"]["content"] == "answer 0"
+    assert type(first) is Exchange and first == parsed[0]
+    assert first.request == parsed[0].request and first.response == parsed[0].response
+    assert type(second) is CachedExchange
+    assert second == parsed[1] and parsed[1] == second  # equality decodes, either way round
+    assert type(second) is Exchange
+    renamed = replace(third, name="s/other")  # a copy of a pending one: a plain exchange
+    assert type(renamed) is Exchange and type(third) is Exchange
+    assert renamed == replace(parsed[2], name="s/other")
+
+
+def test_a_pending_exchange_sets_every_field_of_an_exchange() -> None:
+    """`CachedExchange.pending` sets `Exchange`'s slots one by one: a field added to
+    `Exchange` must be added there too."""
+    assert tuple(f.name for f in fields(Exchange)) == cache_module._FIELDS
+    assert Exchange.__slots__ == cache_module._FIELDS
+
+
+def test_a_cache_whose_bodies_were_changed_is_ignored_and_rewritten(
+    tmp_path: Path, cache: RecordingsCache
+) -> None:
+    """The bodies are decoded late, so they are checked early: their length and CRC-32
+    are in the first line, and a cache they do not match is not used at all."""
+    root = tmp_path / "recordings"
+    write(root / "s" / "0001.json", recording(1, text="hello"))
+    age(root)
+    parsed = RecordingStore.load([root], cache=False)
+    RecordingStore.load([root], cache=cache)
+    [path] = cache.directory.iterdir()
+    data, bodies = read_cache(path)
+    write_cache(path, data, bodies.replace(b'"hello"', b'"jello"'))
+    store = RecordingStore.load([root], cache=cache)
+    assert state(store) == state(parsed)
+    assert type(store.exchanges[0]) is Exchange  # parsed from its file again
+    assert read_cache(path)[1] == bodies  # and the cache written again
+    write_cache(path, data, bodies[:-1])  # cut short
+    assert state(RecordingStore.load([root], cache=cache)) == state(parsed)
 
 
 def test_a_changed_file_is_read_again_and_its_digest_recomputed(
@@ -183,9 +254,9 @@ def test_a_file_modified_just_before_the_load_is_not_cached_yet(
 @pytest.mark.parametrize(
     "spoil",
     [
-        lambda p: p.write_bytes(b'{"chaosllm_cache": 1, "files": {'),  # cut short
+        lambda p: p.write_bytes(p.read_bytes()[:50]),  # cut short
         lambda p: p.write_bytes(b"\xff\xfe garbage"),
-        lambda p: p.write_text('{"chaosllm_cache": 1, "code": "other", "files": {}}'),
+        lambda p: p.write_text('{"chaosllm_cache": 2, "code": "other", "files": {}}\n'),
         lambda p: p.chmod(0o666),  # others could have written it
     ],
     ids=["truncated", "garbage", "other-code", "world-writable"],
@@ -212,12 +283,19 @@ def test_a_cache_entry_of_the_wrong_shape_is_not_trusted(
     parsed = RecordingStore.load([root], cache=False)
     RecordingStore.load([root], cache=cache)
     [path] = cache.directory.iterdir()
-    data = json.loads(path.read_bytes())
+    data, bodies = read_cache(path)
     [entry] = data["files"].values()
-    entry[1][0] = entry[1][0][:5]  # too few fields
-    path.write_text(json.dumps(data), encoding="ascii")
-    path.chmod(0o600)
-    assert state(RecordingStore.load([root], cache=cache)) == state(parsed)
+    good = entry[1][0]
+    for bad in (
+        good[:5],  # too few fields
+        [*good[:-1], len(bodies) + 1],  # a body beyond the end
+        [*good[:4], "meta", *good[5:]],  # a field of the wrong type
+    ):
+        entry[1][0] = bad
+        write_cache(path, data, bodies)
+        store = RecordingStore.load([root], cache=cache)
+        assert state(store) == state(parsed)
+        assert type(store.exchanges[0]) is Exchange
 
 
 def test_small_directories_and_a_cache_inside_the_recordings_are_not_cached(

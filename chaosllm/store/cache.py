@@ -33,11 +33,13 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaosllm.errors import RecordingError
 from chaosllm.model import Exchange, RecordedChunk, RecordedRequest, RecordedResponse
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "NO_CACHE_ENV",
     "RACY_NS",
     "CacheSnapshot",
+    "CachedExchange",
     "FileKey",
     "RecordingsCache",
     "decode_exchange",
@@ -61,7 +64,7 @@ NO_CACHE_ENV = "CHAOSLLM_NO_CACHE"
 RACY_NS = 2_000_000_000
 """A file modified less than this before its load (or after) is not cached yet."""
 
-_FORMAT = 1
+_FORMAT = 2
 _SUFFIX = ".cache"
 
 FileKey = tuple[int, int, int, int]
@@ -100,15 +103,20 @@ def default_cache() -> RecordingsCache | None:
 
 
 _OWN_FIELDS = ("digest", "name", "scenario", "meta", "source", "stored_digest", "keyed_by")
-"""The fields of an `Exchange` after its request and response, in the array's order."""
+"""The fields of an `Exchange` besides its provider, request and response, in the order a
+cached head holds them."""
+
+_REQUEST = Exchange.__dict__["request"]
+"""`Exchange`'s own slot (a `CachedExchange` reads it past its property)."""
 
 
-def encode_exchange(exchange: Exchange) -> list[Any]:
-    """An exchange as a JSON array (`decode_exchange` is the inverse)."""
+def encode_exchange(exchange: Exchange) -> tuple[list[Any], bytes]:
+    """An exchange in its cached form: its head (a JSON array of the provider and
+    `_OWN_FIELDS`, what indexing needs) and its body (the request and the response, the
+    bulk, as JSON bytes decoded only when first used). `decode_exchange` is the inverse."""
     request, response = exchange.request, exchange.response
     chunks = response.chunks
-    return [
-        exchange.provider,
+    body = [
         request.method,
         request.path,
         request.body,
@@ -117,15 +125,15 @@ def encode_exchange(exchange: Exchange) -> list[Any]:
         response.stream,
         None if chunks is None else [[c.data, c.delay_ms] for c in chunks],
         [list(h) for h in response.headers],
-        *(getattr(exchange, name) for name in _OWN_FIELDS),
     ]
+    head = [exchange.provider, *(getattr(exchange, name) for name in _OWN_FIELDS)]
+    return head, json.dumps(body, separators=(",", ":")).encode("ascii")
 
 
-def decode_exchange(item: Sequence[Any]) -> Exchange:
-    provider, method, path, body, status, response_body, stream, chunks, headers, *own = item
-    return Exchange(
-        provider,
-        RecordedRequest(method, path, body),
+def _parts(body: bytes) -> tuple[RecordedRequest, RecordedResponse]:
+    method, path, request_body, status, response_body, stream, chunks, headers = json.loads(body)
+    return (
+        RecordedRequest(method, path, request_body),
         RecordedResponse(
             status,
             response_body,
@@ -133,19 +141,119 @@ def decode_exchange(item: Sequence[Any]) -> Exchange:
             None if chunks is None else tuple([RecordedChunk(d, t) for d, t in chunks]),
             tuple([(k, v) for k, v in headers]),
         ),
-        **dict(zip(_OWN_FIELDS, own, strict=True)),
     )
 
 
-def _round_trip(exchanges: list[Exchange]) -> str | None:
-    """The cached form of a file's exchanges (JSON text), or None when it would not read
-    back equal to them (a value JSON cannot carry exactly)."""
+def decode_exchange(head: Sequence[Any], body: bytes) -> Exchange:
+    """The exchange `encode_exchange` gave `head` and `body` for, decoded at once."""
+    request, response = _parts(body)
+    return Exchange(head[0], request, response, *head[1:])
+
+
+_FIELDS = ("provider", "request", "response", *_OWN_FIELDS)
+"""`Exchange`'s fields, in order (a test pins them: `CachedExchange.pending` sets each)."""
+_SET_PROVIDER, _SET_REQUEST, _SET_RESPONSE, *_SET_OWN = (
+    Exchange.__dict__[name].__set__ for name in _FIELDS
+)
+_SET_DIGEST, _SET_NAME, _SET_SCENARIO, _SET_META, _SET_SOURCE, _SET_STORED, _SET_KEYED = _SET_OWN
+
+
+class CachedExchange(Exchange):
+    """An exchange read from the cache whose request and response (the bulk of it) are
+    decoded from the cache's bytes the first time either is read (until then both of its
+    slots hold where they lie: the cache's bytes, start, end): a server started over
+    10k recordings builds 10k heads, not 10k bodies, and most are never asked for. Once
+    decoded it becomes a plain `Exchange` (its class is set back), so reading it costs
+    what reading any exchange costs. Equal to the `Exchange` it encodes."""
+
+    __slots__ = ()
+
+    @classmethod
+    def pending(cls, head: list[Any], data: bytes, base: int) -> Exchange:
+        """The exchange of a cached `head` (`_valid_head`) whose body lies in `data`, from
+        `base` on. Its slots are set one by one, past the frozen dataclass's ``__init__``
+        (a fifth of its cost: this runs once per recording at start-up)."""
+        exchange = object.__new__(cls)
+        where = (data, base + head[8], base + head[9])
+        _SET_PROVIDER(exchange, head[0])
+        _SET_REQUEST(exchange, where)
+        _SET_RESPONSE(exchange, where)
+        _SET_DIGEST(exchange, head[1])
+        _SET_NAME(exchange, head[2])
+        _SET_SCENARIO(exchange, head[3])
+        _SET_META(exchange, head[4])
+        _SET_SOURCE(exchange, head[5])
+        _SET_STORED(exchange, head[6])
+        _SET_KEYED(exchange, head[7])
+        return exchange
+
+    def _decoded(self) -> Exchange:
+        where = _REQUEST.__get__(self, Exchange)
+        if type(where) is tuple:
+            data, start, end = where
+            try:
+                request, response = _parts(data[start:end])
+            except (TypeError, ValueError, RecursionError) as exc:  # pragma: no cover
+                raise RecordingError(
+                    self.source or self.name,
+                    f"its entry in the load cache cannot be read ({exc}); remove the cache "
+                    f"(see `chaosllm.store.cache`) or set {NO_CACHE_ENV}=1",
+                ) from exc
+            _SET_REQUEST(self, request)
+            _SET_RESPONSE(self, response)
+        object.__setattr__(self, "__class__", Exchange)
+        return self
+
+    @property
+    def request(self) -> RecordedRequest:
+        return self._decoded().request
+
+    @property
+    def response(self) -> RecordedResponse:
+        return self._decoded().response
+
+    def __eq__(self, other: object) -> bool:
+        return self._decoded() == other
+
+    __hash__ = Exchange.__hash__
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
+
+
+def _round_trip(exchanges: list[Exchange]) -> list[tuple[list[Any], bytes]] | None:
+    """The cached form of a file's exchanges, or None when it would not read back equal
+    to them (a value JSON cannot carry exactly)."""
     try:
-        encoded = json.dumps([encode_exchange(e) for e in exchanges], separators=(",", ":"))
-        same = [decode_exchange(i) for i in json.loads(encoded)] == exchanges
+        encoded = [encode_exchange(e) for e in exchanges]
+        heads = json.loads(json.dumps([head for head, _ in encoded]))
+        same = [decode_exchange(h, b) for h, (_, b) in zip(heads, encoded, strict=True)]
     except (TypeError, ValueError, RecursionError):
         return None
-    return encoded if same else None
+    return encoded if same == exchanges else None
+
+
+def _valid_head(head: Any, size: int) -> bool:
+    """A cached head of the right shape, whose body lies within the cache's `size` bytes."""
+    return (
+        type(head) is list
+        and len(head) == _HEAD_LENGTH
+        and type(head[0]) is str
+        and type(head[1]) is str
+        and type(head[2]) is str
+        and type(head[3]) is str
+        and type(head[4]) is dict
+        and (head[5] is None or type(head[5]) is str)
+        and (head[6] is None or type(head[6]) is str)
+        and type(head[7]) is str
+        and type(head[8]) is int
+        and type(head[9]) is int
+        and 0 <= head[8] <= head[9] <= size
+    )
+
+
+_HEAD_LENGTH = 1 + len(_OWN_FIELDS) + 2
+"""provider, `_OWN_FIELDS`, and where the body starts and ends in the cache's bodies."""
 
 
 # -- the cache ---------------------------------------------------------------------------
@@ -193,24 +301,29 @@ class CacheSnapshot:
 
     root: str
     files: dict[str, list[Any]] = field(default_factory=dict)
-    """Path (as walked) -> ``[file key, [encoded exchange, ...]]``, from the cache."""
+    """Path (as walked) -> ``[file key, [head, ...]]``, from the cache (each head ends with
+    where its body lies among the bodies, which start at `base` in `data`)."""
+    data: bytes = b""
+    """The cache file as read."""
+    base: int = 0
     started_ns: int = 0
     """When the load began (wall clock): files modified after ``started_ns - RACY_NS`` are
     not cached."""
-    fresh: dict[str, tuple[list[int], list[Any] | str]] = field(default_factory=dict)
-    """The entries this load verified and will write: the file key and the encoded
-    exchanges (as read from the cache, or as JSON text)."""
-    seen: int = 0
-    """How many of the cached entries this load found still valid."""
+    kept: dict[str, list[Any]] = field(default_factory=dict)
+    """The entries of `files` this load found still valid (to be written again)."""
+    fresh: dict[str, tuple[list[int], list[tuple[list[Any], bytes]]]] = field(default_factory=dict)
+    """The files this load parsed and verified: the file key and each exchange's head
+    (without its body's place) and body."""
     dropped: bool = False
     """Whether an entry of the cache is stale (a file changed or gone)."""
 
     def get(self, path: str, info: os.stat_result) -> list[Exchange] | None:
-        """The exchanges cached for `path` if it is exactly as cached (`info`), else None."""
+        """The exchanges cached for `path` if it is exactly as cached (`info`), else None.
+        Their requests and responses are decoded when first read (`CachedExchange`)."""
         entry = self.files.get(path)
         if entry is None:
             return None
-        key = entry[0]
+        key, heads = entry
         if (
             len(key) != 4
             or key[0] != info.st_size
@@ -220,14 +333,13 @@ class CacheSnapshot:
         ):
             self.dropped = True
             return None
-        try:
-            exchanges = [decode_exchange(item) for item in entry[1]]
-        except (TypeError, ValueError):  # a cache written by hand: distrust it
-            self.dropped = True
+        size = len(self.data) - self.base
+        if type(heads) is not list or not all([_valid_head(h, size) for h in heads]):
+            self.dropped = True  # a cache written by hand: distrust it
             return None
-        self.fresh[path] = (key, entry[1])
-        self.seen += 1
-        return exchanges
+        self.kept[path] = entry
+        pending, data, base = CachedExchange.pending, self.data, self.base
+        return [pending(h, data, base) for h in heads]
 
     def add(self, path: str, info: os.stat_result, exchanges: list[Exchange]) -> None:
         """Exchanges just parsed from `path` (stat'd as `info` before it was read)."""
@@ -243,7 +355,15 @@ class CacheSnapshot:
     @property
     def changed(self) -> bool:
         """Whether the cache should be written again."""
-        return self.dropped or len(self.fresh) != self.seen or self.seen != len(self.files)
+        return self.dropped or bool(self.fresh) or len(self.kept) != len(self.files)
+
+    def entries(self) -> Iterator[tuple[str, list[int], list[tuple[list[Any], bytes]]]]:
+        """What to write: each file's key, and its exchanges' heads and bodies."""
+        data, base = self.data, self.base
+        for path, (key, heads) in self.kept.items():
+            yield path, key, [(h[:-2], data[base + h[-2] : base + h[-1]]) for h in heads]
+        for path, (key, items) in self.fresh.items():
+            yield path, key, items
 
 
 class RecordingsCache:
@@ -280,7 +400,8 @@ class RecordingsCache:
 
     def read(self, root: str) -> CacheSnapshot:
         """What the cache holds for `root` (nothing when it is missing, corrupt, stale or
-        not to be trusted)."""
+        not to be trusted). A cache file is a line of JSON (what it is for, the heads of
+        its exchanges, and the length and CRC-32 of the bodies) and the bodies after it."""
         snapshot = CacheSnapshot(root=root, started_ns=time.time_ns())
         path = self.file_for(root)
         try:
@@ -299,17 +420,20 @@ class RecordingsCache:
             return snapshot
         finally:
             os.close(fd)
+        end = raw.find(b"\n")
         try:
-            data = json.loads(raw)
+            data = json.loads(raw[:end]) if end >= 0 else None
         except (ValueError, RecursionError):
-            snapshot.dropped = True
-            return snapshot
+            data = None
+        base = end + 1
         if (
             not isinstance(data, dict)
             or data.get("chaosllm_cache") != _FORMAT
             or data.get("code") != _code()
             or data.get("root") != root
             or not isinstance(data.get("files"), dict)
+            or data.get("bodies") != len(raw) - base
+            or data.get("crc32") != zlib.crc32(memoryview(raw)[base:])
         ):
             snapshot.dropped = True
             return snapshot
@@ -317,9 +441,10 @@ class RecordingsCache:
             name: entry
             for name, entry in data["files"].items()
             if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
-            if isinstance(entry[1], list)
         }
         snapshot.files = files
+        snapshot.data = raw
+        snapshot.base = base
         snapshot.dropped = len(files) != len(data["files"])
         return snapshot
 
@@ -329,26 +454,35 @@ class RecordingsCache:
         if not snapshot.changed:
             return False
         path = self.file_for(snapshot.root)
-        if len(snapshot.fresh) < self.min_files:
+        if len(snapshot.kept) + len(snapshot.fresh) < self.min_files:
             if snapshot.files:  # what was cached no longer applies
                 _remove(path)
             return False
-        head = json.dumps(
-            {
-                "chaosllm_cache": _FORMAT,
-                "code": _code(),
-                "root": snapshot.root,
-                "written_ns": time.time_ns(),
-            },
-            separators=(",", ":"),
-        )
-        entries = ",".join(
-            f"{json.dumps(path)}:[{json.dumps(key)},"
-            f"{items if isinstance(items, str) else json.dumps(items, separators=(',', ':'))}]"
-            for path, (key, items) in snapshot.fresh.items()
-        )
-        payload = f'{head[:-1]},"files":{{{entries}}}}}'.encode("ascii")
-        if len(payload) > self.max_bytes:
+        bodies: list[bytes] = []
+        at = 0
+        files: dict[str, list[Any]] = {}
+        for name, key, items in snapshot.entries():
+            heads = []
+            for own, body in items:
+                bodies.append(body)
+                heads.append([*own, at, at + len(body)])
+                at += len(body)
+            files[name] = [key, heads]
+        blob = b"".join(bodies)
+        head: dict[str, Any] = {
+            "chaosllm_cache": _FORMAT,
+            "code": _code(),
+            "root": snapshot.root,
+            "written_ns": time.time_ns(),
+            "bodies": len(blob),
+            "crc32": zlib.crc32(blob),
+            "files": files,
+        }
+        try:
+            first = json.dumps(head, separators=(",", ":")).encode("ascii")
+        except (TypeError, ValueError, RecursionError):  # pragma: no cover - verified heads
+            return False
+        if len(first) + 1 + len(blob) > self.max_bytes:
             _remove(path)
             return False
         try:
@@ -357,7 +491,9 @@ class RecordingsCache:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(payload)
+                    fh.write(first)
+                    fh.write(b"\n")
+                    fh.write(blob)
                 os.replace(temp, path)
             except BaseException:
                 _remove(temp)
