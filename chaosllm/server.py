@@ -20,7 +20,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -50,8 +50,11 @@ from chaosllm.http.state import ChaosState
 from chaosllm.providers import error_body_for_path
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import load_profile
-from chaosllm.wire import H11WireServer, PlanAborted, WireServer
+from chaosllm.wire import PlanAborted, WireServer
 from chaosllm.wire.common import backend_options
+
+if TYPE_CHECKING:
+    from chaosllm.wire.h11_server import H11WireServer
 
 __all__ = ["ChaosServer", "ServerKind", "run_server"]
 
@@ -96,6 +99,8 @@ async def _serve_builtin(
 ) -> None:
     server: WireServer | H11WireServer
     if kind is ServerKind.H11:
+        from chaosllm.wire.h11_server import H11WireServer  # imports h11: only when asked
+
         server = H11WireServer(
             app,
             host=host,

@@ -50,7 +50,23 @@ def test_importing_loads_no_server_library(module: str) -> None:
 
 def test_the_check_sees_a_server_library_when_one_is_loaded() -> None:
     """The check itself works: the server does load them."""
-    assert {"starlette", "anyio", "h11"} <= set(_loaded_after("chaosllm.server"))
+    assert {"starlette", "anyio", "httptools"} <= set(_loaded_after("chaosllm.server"))
+
+
+def test_a_replaying_server_loads_neither_the_fallback_wire_nor_the_proxy() -> None:
+    """What start-up imports is what it needs: h11 (the fallback server's parser, and the
+    proxy's client) and the recording proxy load when first asked for, not before."""
+    result = _run(
+        "import json, sys\n"
+        "import chaosllm.cli\n"
+        "before = sorted(m for m in ('h11', 'chaosllm.record.proxy', 'chaosllm.wire.h11_server')"
+        " if m in sys.modules)\n"
+        "from chaosllm.wire import H11WireServer\n"
+        "from chaosllm.record.proxy import Upstream\n"
+        "print(json.dumps({'before': before, 'after': 'h11' in sys.modules,\n"
+        "    'same': H11WireServer is sys.modules['chaosllm.wire.h11_server'].H11WireServer}))"
+    )
+    assert result == {"before": [], "after": True, "same": True}
 
 
 def test_chaos_server_is_imported_on_first_use() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -41,8 +41,10 @@ from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS, Provider, provider_for_client
 from chaosllm.providers.embeddings import PATHS as EMBEDDINGS_PATHS
 from chaosllm.providers.embeddings import embeddings_response
-from chaosllm.record.proxy import ProxyCall
 from chaosllm.wire import PlanResponse
+
+if TYPE_CHECKING:
+    from chaosllm.record.proxy import ProxyCall
 
 __all__ = ["create_app", "provider_call"]
 
@@ -73,7 +75,9 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
 
 def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
     """The upstream's answer to a proxied request, recorded and faulted as the engine
-    decided."""
+    decided. (The proxy is imported when first needed: a replaying server never is.)"""
+    from chaosllm.record.proxy import ProxyCall
+
     assert state.upstream is not None
     call, entry = proxy.call, proxy.entry
     fault_hook = None

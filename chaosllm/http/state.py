@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from chaosllm.config import Mode, ServerConfig
 from chaosllm.core.clock import Clock
 from chaosllm.core.engine import Engine
 from chaosllm.errors import ConfigError
 from chaosllm.model import Exchange
-from chaosllm.record.proxy import Upstream
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
 from chaosllm.store.writer import RecordingWriter
+
+if TYPE_CHECKING:
+    from chaosllm.record.proxy import Upstream
 
 __all__ = ["ChaosState"]
 
@@ -40,6 +43,8 @@ class ChaosState(Engine):
         if config.mode is not Mode.REPLAY:
             if not config.upstream:
                 raise ConfigError(f"--mode {config.mode.value} needs an upstream URL")
+            from chaosllm.record.proxy import Upstream  # a replaying server never needs it
+
             upstream = Upstream(config.upstream)
         if config.mode in (Mode.RECORD, Mode.RECORD_MISSING):
             if config.record_dir is None:
