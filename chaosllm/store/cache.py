@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import Exchange, RecordedChunk, RecordedRequest, RecordedResponse
@@ -233,7 +233,7 @@ def _round_trip(exchanges: list[Exchange]) -> list[tuple[list[Any], bytes]] | No
     return encoded if same == exchanges else None
 
 
-def _valid_head(head: Any, size: int) -> bool:
+def _valid_head(head: Any, size: int) -> TypeGuard[list[Any]]:
     """A cached head of the right shape, whose body lies within the cache's `size` bytes."""
     return (
         type(head) is list
@@ -324,22 +324,21 @@ class CacheSnapshot:
         if entry is None:
             return None
         key, heads = entry
-        if (
-            len(key) != 4
-            or key[0] != info.st_size
-            or key[1] != info.st_mtime_ns
-            or key[2] != info.st_ctime_ns
-            or key[3] != info.st_ino
+        if key != [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino] or (
+            type(heads) is not list
         ):
             self.dropped = True
             return None
-        size = len(self.data) - self.base
-        if type(heads) is not list or not all([_valid_head(h, size) for h in heads]):
-            self.dropped = True  # a cache written by hand: distrust it
-            return None
+        data, base = self.data, self.base
+        size, pending = len(data) - base, CachedExchange.pending
+        found: list[Exchange] = []
+        for head in heads:
+            if not _valid_head(head, size):
+                self.dropped = True  # a cache written by hand: distrust it
+                return None
+            found.append(pending(head, data, base))
         self.kept[path] = entry
-        pending, data, base = CachedExchange.pending, self.data, self.base
-        return [pending(h, data, base) for h in heads]
+        return found
 
     def add(self, path: str, info: os.stat_result, exchanges: list[Exchange]) -> None:
         """Exchanges just parsed from `path` (stat'd as `info` before it was read)."""
