@@ -70,6 +70,53 @@ def test_a_fault_armed_after_the_lane_opened_fires_at_once() -> None:
     assert pair.send(_body()).status == 200  # one-shot: the next one is the recording
 
 
+def test_faults_armed_that_do_not_match_leave_the_lane_open_and_their_counts_alone() -> None:
+    """With faults armed for another session, another model and a ``contains`` the request
+    lacks, a repeated replay still takes the lane (the same bytes and journal as the whole
+    way), no armed fault counts it, and one armed later that matches fires at once."""
+    pair = EnginePair.of()
+    whole_way = pair.send(_body())
+    pair.engine._lanes.clear()
+    armed = pair.arm(
+        [
+            {"type": "http_503", "match": {"session": "other"}},
+            {"type": "http_503", "match": {"model": "no-such-model"}},
+            {"type": "http_429", "match": {"contains": "never in the request"}},
+            {"type": "http_503", "after_requests": 1, "match": {"stream": True}},
+        ]
+    )
+    first = pair.send(_body())
+    assert pair.engine._lanes  # opened with the faults armed
+    repeats = [pair.send(_body()) for _ in range(3)]
+    for answer in (first, *repeats):
+        assert (answer.status, answer.body, answer.headers) == (
+            whole_way.status,
+            whole_way.body,
+            whole_way.headers,
+        )
+    journal = pair.journal()
+    for record in journal[1:]:
+        assert {k: v for k, v in record.items() if k not in ("seq", "time", "monotonic")} == {
+            k: v for k, v in journal[0].items() if k not in ("seq", "time", "monotonic")
+        }
+    assert [fault.seen for fault in armed] == [0, 0, 0, 0]
+    assert len(pair.engine.board) == 4
+    pair.arm({"type": "http_429", "match": {"contains": "list and a tuple"}})
+    assert pair.send(_body()).status == 429
+    assert pair.send(_body()).status == 200
+
+
+def test_a_fault_that_matches_but_is_not_due_keeps_the_lane_shut() -> None:
+    """A matching fault whose schedule has not come yet counts every request: they all take
+    the whole way, and it fires on the one it was armed for."""
+    pair = EnginePair.of()
+    pair.send(_body())
+    pair.send(_body())
+    [fault] = pair.arm({"type": "http_503", "after_requests": 2})
+    assert [pair.send(_body()).status for _ in range(3)] == [200, 200, 503]
+    assert fault.seen == 3
+
+
 def test_recordings_of_one_request_still_take_turns(tmp_path: Path) -> None:
     data = recording(NAME)
     write(tmp_path / "turns" / "0001.json", _with_answer(data, "first"))

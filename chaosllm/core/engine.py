@@ -465,7 +465,7 @@ class Engine:
         if call.session is None and self._lanes:
             lane = self._lanes.get(id(prepared))
             if lane is not None and lane.prepared is prepared:
-                quick = self._lane_reply(lane, call)
+                quick = self._lane_reply(lane, call, turn)
                 if quick is not None:
                     return quick
         body = prepared.body
@@ -573,15 +573,17 @@ class Engine:
 
     # -- the quiet lane -----------------------------------------------------------------
 
-    def _quiet(self) -> bool:
+    def _quiet(self, info: Callable[[], RequestInfo]) -> bool:
         """Whether nothing but the recording decides an anonymous replay's answer: no fault
-        armed, no live rate limit, no pace, no re-ask waiting, no live workspace."""
+        armed that matches the request (`info`, asked only when faults are armed:
+        `FaultBoard.quiet_for`), no live rate limit, no pace, no re-ask waiting, no live
+        workspace."""
         return (
-            not len(self.board)
-            and self.limiter is None
+            self.limiter is None
             and self.config.pace is None
             and not self._reasks
             and self.matcher.workspace is None
+            and (not len(self.board) or self.board.quiet_for(info()))
         )
 
     def _open_lane(
@@ -605,7 +607,7 @@ class Engine:
             or exchange is not match.exchange
             or request.fields.get("findings")
             or mock_llm.MARKER in call.body
-            or not self._quiet()
+            or not self._quiet(lambda: replace(request.info, answer=exchange.response.body))
         ):
             return
         prepared = request.prepared
@@ -617,16 +619,30 @@ class Engine:
         cors = mock_llm.hash_keyed_mode(self.store.alias_keyings, call.provider.name)
         lanes[id(prepared)] = _Lane(prepared, exchange, plan, entry.record[3:], cors)
 
-    def _lane_reply(self, lane: _Lane, call: ProviderCall) -> Reply | None:
+    def _lane_reply(self, lane: _Lane, call: ProviderCall, turn: int) -> Reply | None:
         """The kept answer to a quiet anonymous replay repeated (see `_open_lane`), when the
-        server is still quiet and the matcher still picks the same recording (else None:
-        the request takes the whole way)."""
-        if call.headers or not self._quiet():
+        server is still quiet for it and the matcher still picks the same recording (else
+        None: the request takes the whole way)."""
+        prepared = lane.prepared
+
+        def info() -> RequestInfo:
+            model = prepared.model
+            return RequestInfo(
+                path=call.path,
+                model=model if isinstance(model, str) else None,
+                session=None,
+                stream=prepared.stream,
+                turn=turn,
+                provider=call.provider,
+                body=prepared.body,
+                answer=lane.exchange.response.body,
+            )
+
+        if call.headers or not self._quiet(info):
             return None
         provider = call.provider
         if mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name) is not lane.cors:
             return None
-        prepared = lane.prepared
         try:
             match = self.matcher.match(
                 provider, prepared.body, prepared.digest, None, consume=False

@@ -459,6 +459,20 @@ class FaultBoard:
                 fault.matches(request, facts, maybe=True) for fault in self._candidates(request)
             )
 
+    def quiet_for(self, request: RequestInfo) -> bool:
+        """Whether no armed fault matches `request` (not even one waiting for an answer
+        still unknown): `take` would fire none and change no fault's count, so a request
+        answered without asking it leaves the board as asking would. Expired faults are
+        disarmed first, as `take` does."""
+        if not self._armed:
+            return True
+        with self._lock:
+            self._expire()
+            facts = _Facts(request)
+            return not any(
+                fault.matches(request, facts, maybe=True) for fault in self._candidates(request)
+            )
+
     def take(
         self,
         request: RequestInfo,
