@@ -10,6 +10,18 @@
   it can be told; so the client also reports the figure over the gaps between the data
   frames only (``data_gaps``: the first ``FRAMES - 2`` gaps, the same for both servers)
   and the observed gap before ``[DONE]`` (``done_gap_p50_ms``).
+
+  The client's own delays count into the figure, so it is kept cheap: one
+  `asyncio.Protocol` per stream (no task, no stream reader, no buffer), on uvloop when
+  installed (``client_loop`` in the output), every request written in one pass, the
+  collector off from the first request to the last frame, and every connection closed
+  together after the last stream is complete (closing each as its stream ends put 500
+  closes, on both sides, into the last gap). A blank line's time is taken in
+  ``data_received``, as the loop hands over the bytes it read. (Until issue #11 it was
+  a stream-reader task per stream on the plain asyncio loop, reading through
+  ``asyncio.wait_for``: with 500 streams its own loop lag was most of the figure, about
+  15-20 ms of a 20-25 ms p99, while the kernel's receive timestamps of the same
+  server's frames gave about 3 ms.)
 - ``idle``: N keep-alive connections, each having made one request, held open; the
   driver reads the server's RSS before and after from /proc, and times a request on a
   fresh connection meanwhile.
@@ -21,6 +33,7 @@ Run as ``python concurrency.py gaps HOST PORT N BODYFILE`` or ``... idle HOST PO
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import resource
@@ -28,7 +41,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 FRAMES = 20
 GAP_MS = 50.0
@@ -126,6 +139,15 @@ def aimock_fixtures(
     return directory
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (chaosllm depends on it), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def _raise_nofile(wanted: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = min(hard, max(soft, wanted)) if hard != resource.RLIM_INFINITY else wanted
@@ -141,42 +163,92 @@ def _request(host: str, port: int, body: bytes) -> bytes:
     )
 
 
-async def _one_stream(host: str, port: int, request: bytes, start: asyncio.Event) -> list[float]:
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        await start.wait()
-        writer.write(request)
-        await writer.drain()
-        arrivals: list[float] = []
-        seen = b""
-        while len(arrivals) < FRAMES:
-            data = await asyncio.wait_for(reader.read(65536), 30)
-            if not data:
-                break
-            now = time.perf_counter()
-            seen += data
-            arrivals.extend([now] * (seen.count(b"\n\n") - len(arrivals)))
-        return arrivals
-    finally:
-        writer.close()
+class _Stream(asyncio.Protocol):
+    """One stream's connection: takes the time of every frame's end.
+
+    The time is read in `data_received`, right after the loop read the bytes from the
+    socket, once per blank line (two newlines) in them; a blank line split across two
+    reads counts when its second newline is read. No buffer is kept: only whether the
+    last byte read is a newline not yet paired. The stream is done (`done`) at its
+    `FRAMES`-th frame or when the server ends the connection."""
+
+    __slots__ = ("arrivals", "done", "pending", "transport")
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.arrivals: list[float] = []
+        self.done = done
+        self.pending = False
+        """The last byte read is a newline that does not end a blank line."""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        if self.pending and data[:1] == b"\n":
+            found = 1 + data.count(b"\n\n", 1)
+            rest = data[1:]
+        else:
+            found = data.count(b"\n\n")
+            rest = data
+        # A run of newlines at the end pairs up from its start: an odd run leaves one.
+        run = len(rest) - len(rest.rstrip(b"\n")) if rest[-1:] == b"\n" else 0
+        self.pending = run % 2 == 1
+        if found:
+            arrivals = self.arrivals
+            arrivals.extend([now] * found)
+            if len(arrivals) >= FRAMES and not self.done.done():
+                self.done.set_result(None)  # closed with the others, after the last
+
+    def eof_received(self) -> bool:
+        self._finish()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+        if self.transport is not None:
+            self.transport.close()
 
 
 async def _gaps(host: str, port: int, n: int, body: bytes) -> dict[str, Any]:
-    start = asyncio.Event()
+    loop = asyncio.get_running_loop()
     request = _request(host, port, body)
-    tasks = [asyncio.ensure_future(_one_stream(host, port, request, start)) for _ in range(n)]
+    streams: list[_Stream] = []
+
+    def stream() -> _Stream:
+        made = _Stream(loop.create_future())
+        streams.append(made)
+        return made
+
+    await asyncio.gather(*(loop.create_connection(stream, host, port) for _ in range(n)))
     await asyncio.sleep(0.5)  # every connection open before the first request
-    start.set()
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    gc.collect()
+    gc.disable()  # no collector pause of the client's own in the figure
+    try:
+        for each in streams:
+            assert each.transport is not None
+            each.transport.write(request)
+        # Bounded: a stream that stalls is left out (incomplete), as a read timeout would.
+        await asyncio.wait([s.done for s in streams], timeout=FRAMES * GAP_MS / 1000 + 30)
+    finally:
+        gc.enable()
+        for each in streams:
+            each._finish()
     errors: list[float] = []
     data_errors: list[float] = []
     done_gaps: list[float] = []
     complete = 0
-    for arrivals in results:
-        if isinstance(arrivals, BaseException) or len(arrivals) < FRAMES:
+    for each in streams:
+        arrivals = each.arrivals
+        if len(arrivals) < FRAMES:
             continue
         complete += 1
-        gaps = [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+        gaps = [(b - a) * 1000 for a, b in itertools.pairwise(arrivals[:FRAMES])]
         errors.extend(abs(gap - GAP_MS) for gap in gaps)
         data_errors.extend(abs(gap - GAP_MS) for gap in gaps[: FRAMES - 2])
         done_gaps.append(gaps[-1])
@@ -199,6 +271,7 @@ async def _gaps(host: str, port: int, n: int, body: bytes) -> dict[str, Any]:
             "max_ms": round(data_errors[-1], 2) if data_errors else None,
         },
         "done_gap_p50_ms": pct(done_gaps, 0.5),
+        "client_loop": type(loop).__module__.partition(".")[0],
     }
 
 
@@ -225,7 +298,12 @@ def main(argv: list[str]) -> int:
     _raise_nofile(n + 256)
     if mode == "gaps":
         body = Path(argv[4]).read_bytes()
-        print(json.dumps(asyncio.run(_gaps(host, port, n, body))), flush=True)
+        loop = _new_loop()
+        try:
+            found = loop.run_until_complete(_gaps(host, port, n, body))
+        finally:
+            loop.close()
+        print(json.dumps(found), flush=True)
     elif mode == "idle":
         _idle(host, port, n)
     else:
