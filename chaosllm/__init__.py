@@ -9,7 +9,6 @@
 library (starlette, anyio, h11...), so the pytest plugin and the pure layers start fast.
 """
 
-import importlib as _importlib
 import logging as _logging
 import typing as _typing
 
@@ -30,6 +29,7 @@ from chaosllm.errors import (
     UnsafePath,
 )
 from chaosllm.faults import FAULT_TYPES, FaultSpec, parse_fault_spec
+from chaosllm.lazy import lazy_names as _lazy_names
 from chaosllm.model import Exchange, ResponsePlan
 from chaosllm.store.recordings import RecordingStore
 
@@ -66,21 +66,8 @@ __all__ = [
     "parse_fault_spec",
 ]
 
-_LAZY: dict[str, str] = {"ChaosServer": "chaosllm.server"}
-"""Public names that pull in the server libraries, and the module each comes from."""
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(globals(), {"ChaosServer": "chaosllm.server"})
+"""Public names that pull in the server libraries are loaded on first use."""
 
 
 # A library logs; the application decides where it goes (the CLI prints it).

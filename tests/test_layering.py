@@ -1,6 +1,6 @@
 """The package's folders are its layers (SPEC §8), and imports only go down.
 
-    base (errors, model, config, paths)
+    base (errors, model, config, paths, lazy)
       <- providers <- faults <- store <- core     the sans-IO spine
       <- wire <- record <- http                    the I/O edges
       <- server, cli, doctor, testing              what people run
@@ -20,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "chaosllm"
 
-BASE = {"errors", "model", "config", "paths"}
+BASE = {"errors", "model", "config", "paths", "lazy"}
 SPINE = ["base", "providers", "faults", "store", "core"]
 ALLOWED: dict[str, set[str]] = {
     "base": {"base"},

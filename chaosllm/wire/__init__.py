@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
 
+from chaosllm.lazy import lazy_names as _lazy_names
 from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, PlanResponse, send_plan
 from chaosllm.wire.common import Direct
 from chaosllm.wire.server import WireServer
@@ -30,19 +30,6 @@ __all__ = [
     "send_plan",
 ]
 
-_LAZY: dict[str, str] = {"H11WireServer": "chaosllm.wire.h11_server"}
-"""Public names loaded on first use (PEP 562): the fallback server imports h11, which a
-server on the default wire never needs."""
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(globals(), {"H11WireServer": "chaosllm.wire.h11_server"})
+"""The fallback server is loaded on first use: it imports h11, which a server on the
+default wire never needs."""
