@@ -4,8 +4,10 @@ again; a cache that cannot be trusted is ignored."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 import shutil
 import time
 from dataclasses import fields, replace
@@ -174,6 +176,14 @@ def test_a_cached_exchange_is_decoded_when_first_read_and_is_then_a_plain_one(
     renamed = replace(third, name="s/other")  # a copy of a pending one: a plain exchange
     assert type(renamed) is Exchange and type(third) is Exchange
     assert renamed == replace(parsed[2], name="s/other")
+    for pending in RecordingStore.load([root], cache=cache).exchanges[:2]:
+        assert type(pending) is CachedExchange
+        copied = (
+            copy.deepcopy(pending)
+            if pending.name == "s/0000"
+            else pickle.loads(pickle.dumps(pending))
+        )
+        assert type(copied) is Exchange and copied == parsed[int(pending.name[-1])]
 
 
 def test_a_pending_exchange_sets_every_field_of_an_exchange() -> None:

@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, SupportsIndex, TypeGuard
 
 from chaosllm.errors import RecordingError
 from chaosllm.model import Exchange, RecordedChunk, RecordedRequest, RecordedResponse
@@ -188,6 +188,8 @@ class CachedExchange(Exchange):
         return exchange
 
     def _decoded(self) -> Exchange:
+        """Itself, decoded (then a plain `Exchange`). Two threads decoding it at once
+        each set the same values."""
         where = _REQUEST.__get__(self, Exchange)
         if type(where) is tuple:
             data, start, end = where
@@ -199,8 +201,10 @@ class CachedExchange(Exchange):
                     f"its entry in the load cache cannot be read ({exc}); remove the cache "
                     f"(see `chaosllm.store.cache`) or set {NO_CACHE_ENV}=1",
                 ) from exc
-            _SET_REQUEST(self, request)
+            # The response first: a request slot that no longer holds where they lie
+            # tells another thread reading it at the same time that both are set.
             _SET_RESPONSE(self, response)
+            _SET_REQUEST(self, request)
         object.__setattr__(self, "__class__", Exchange)
         return self
 
@@ -216,6 +220,9 @@ class CachedExchange(Exchange):
         return self._decoded() == other
 
     __hash__ = Exchange.__hash__
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        return self._decoded().__reduce_ex__(protocol)  # copied or pickled: a plain one
 
     def __repr__(self) -> str:
         return repr(self._decoded())
