@@ -20,7 +20,11 @@ no task per connection, and none per request unless the request needs one:
    (`direct`) first, which may return a plan for it; else the ASGI app, in a task, with
    a `_Cycle`'s ``receive``/``send``. A plan with no delay and an ending that needs no
    waiting (the usual replay) is executed there and then, with no task; any other
-   plan runs in a task.
+   plan of the fast path runs from the loop's callbacks (`_Player`), its delays on one
+   timer heap for the whole server (`_Pacer`: one loop timer, every stream then due
+   written in one pass, no timer handle, future or task a frame), until it must wait
+   for something else (a full buffer, an RST's flush, a stall): a task runs the rest.
+   The app's plans run in its task.
 3. The connection is kept alive unless either side asked to close, the response was
    not completed, or the server is shutting down; the next queued request follows.
 
@@ -61,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import re
 import socket
@@ -364,6 +369,207 @@ class _Sleep:
         self.handle.cancel()
 
 
+class _Pacer:
+    """The timers of every paced answer of the fast path (`_Player`), on one loop timer.
+
+    Deadlines are kept in a heap, by the monotonic clock; one loop timer is armed for the
+    earliest, and when it fires every player then due runs, in deadline order, in one
+    pass (one that falls due while the pass runs too, but none twice: the loop reads its
+    sockets between two frames of a stream): 500 streams paced 50 ms apart cost no timer
+    handle, future or task wake-up a frame, and streams due in the same tick are written
+    back to back. No player runs before its deadline (a loop's timers may fire a little
+    early: it looks again)."""
+
+    __slots__ = ("armed_at", "handle", "heap", "loop", "seq")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.heap: list[tuple[float, int, _Player]] = []
+        self.seq = 0
+        self.handle: asyncio.TimerHandle | asyncio.Handle | None = None
+        self.armed_at = float("inf")
+
+    def add(self, deadline: float, player: _Player) -> int:
+        """Run `player.due()` at `deadline`; the entry's number (`player.entry`)."""
+        self.seq += 1
+        heapq.heappush(self.heap, (deadline, self.seq, player))
+        if deadline < self.armed_at:
+            self._arm(deadline)
+        return self.seq
+
+    def _arm(self, deadline: float) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        self.armed_at = deadline
+        self.handle = self.loop.call_later(deadline - time.monotonic(), self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        self.armed_at = float("-inf")  # what the pass adds is armed once, after it
+        heap = self.heap
+        pop = heapq.heappop
+        now = time.monotonic
+        last = self.seq
+        later: list[tuple[float, int, _Player]] = []
+        try:
+            while heap and heap[0][0] <= now():
+                entry = pop(heap)
+                _, seq, player = entry
+                if seq > last:  # added by this pass: the next one
+                    later.append(entry)
+                elif player.entry == seq:  # else cancelled: the client left, or shutdown
+                    player.entry = 0
+                    try:
+                        player.due()
+                    except Exception:
+                        logger.exception("Exception in the fast path")
+        finally:
+            for entry in later:
+                heapq.heappush(heap, entry)
+            self.armed_at = float("inf")
+            if heap:
+                self._arm(heap[0][0])
+
+    def clear(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        self.armed_at = float("inf")
+        self.heap.clear()
+
+
+class _Player:
+    """A compiled program of the fast path executed from the loop's callbacks, without a
+    task: as `_Conn.execute` does, segment by segment, each delay on the server's
+    `_Pacer`, ended early when the client leaves (a future among the connection's
+    ``waiters``, woken on EOF or a lost connection, as `_Conn.pause` is). What waits for
+    anything else (the transport's buffer to drain below its high-water mark, an RST's
+    flush, a stall) is handed with the rest of the program to a task that runs `execute`
+    from there."""
+
+    __slots__ = ("conn", "entry", "index", "paused", "program", "report", "watch")
+
+    def __init__(self, conn: _Conn, program: _Program, report: PlanReport) -> None:
+        self.conn = conn
+        self.program = program
+        self.report = report
+        self.index = 0
+        """The next segment to write."""
+        self.paused = False
+        """The delay before segment `index` has been waited (or cut short)."""
+        self.entry = 0
+        """The pacer's entry this player waits on; 0: none."""
+        self.watch: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        conn = self.conn
+        if conn.player is not self:  # ended before its first turn (shutdown)
+            return
+        if conn.closed or conn.gone:
+            self._gone()
+        else:
+            self._run()
+
+    def due(self) -> None:
+        self.paused = True
+        self._run()
+
+    def _woken(self, _: asyncio.Future[None]) -> None:
+        if self.entry:  # waiting: the client left (EOF or the connection lost)
+            self.entry = 0
+            self.paused = True
+            self._run()
+
+    def _run(self) -> None:
+        conn = self.conn
+        program = self.program
+        segments = program.segments
+        report = self.report
+        try:
+            while self.index < len(segments):
+                delay, data, frames, size, head = segments[self.index]
+                if delay > 0:
+                    if not self.paused and not (conn.eof or conn.closed):
+                        self._wait(delay)
+                        return
+                    self.paused = False
+                    if conn.eof or conn.closed:
+                        conn.gone = True
+                        self._gone()
+                        return
+                if conn.closed or conn.gone:
+                    self._gone()
+                    return
+                if data:
+                    assert conn.transport is not None
+                    conn.transport.write(data)
+                if head:
+                    report.head_sent = True
+                report.frames_sent += frames
+                report.bytes_sent += size
+                self.index += 1
+                if conn.write_paused:
+                    self._hand_over()
+                    return
+            ending = program.ending
+            if ending == _KEEP:
+                if not program.keep:
+                    conn.close()
+            elif ending == _FIN:
+                conn.close()
+            else:
+                self._hand_over()
+                return
+        except Exception:
+            report.outcome = Outcome.ERROR
+            logger.exception("Exception in the fast path")
+            conn.must_close = True
+            self._end(False)
+            return
+        report.outcome = Outcome.COMPLETE
+        self._end(program.keep)
+
+    def _wait(self, delay: float) -> None:
+        conn = self.conn
+        if self.watch is None:
+            self.watch = watch = conn.loop.create_future()
+            watch.add_done_callback(self._woken)
+            conn.waiters.append(watch)
+        self.entry = conn.server._pacer_of(conn.loop).add(time.monotonic() + delay, self)
+
+    def _gone(self) -> None:
+        self.report.outcome = Outcome.CLIENT_GONE
+        self.conn.must_close = True
+        self._end(False)
+
+    def _unwatch(self) -> None:
+        self.entry = 0
+        watch = self.watch
+        if watch is not None:
+            self.watch = None
+            watch.remove_done_callback(self._woken)
+            with contextlib.suppress(ValueError):
+                self.conn.waiters.remove(watch)
+
+    def _hand_over(self) -> None:
+        """The rest of the program, from segment `index`, in a task."""
+        self._unwatch()
+        conn = self.conn
+        conn.player = None
+        conn.task = conn.loop.create_task(
+            conn._run_plan_task(self.program, self.report, self.index)
+        )
+
+    def _end(self, keep: bool) -> None:
+        self._unwatch()
+        self.conn._cycle_done(keep)
+
+    def cancel(self) -> None:
+        """Shutdown's grace has run out: end as a cancelled task does."""
+        self.report.outcome = Outcome.ERROR
+        self._end(False)
+
+
 class WireServer(ServerCore):
     """An HTTP/1.1 server hosting an ASGI app, able to execute `ResponsePlan`s exactly.
 
@@ -391,6 +597,13 @@ class WireServer(ServerCore):
         self._full_warned = False
         self._heads: dict[tuple[Any, ...], _Head] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pacer: _Pacer | None = None
+
+    def _pacer_of(self, loop: asyncio.AbstractEventLoop) -> _Pacer:
+        pacer = self._pacer
+        if pacer is None or pacer.loop is not loop:
+            pacer = self._pacer = _Pacer(loop)
+        return pacer
 
     def thread_options(self, backend: str) -> dict[str, Any] | None:
         """uvloop for asyncio where it is installed (`backend_options`)."""
@@ -497,7 +710,12 @@ class WireServer(ServerCore):
         for task in tasks:
             task.cancel()
         for conn in list(self._conns):
+            if conn.player is not None:
+                conn.player.cancel()
+        for conn in list(self._conns):
             conn.close()
+        if self._pacer is not None:
+            self._pacer.clear()
         if tasks:
             with anyio.move_on_after(self.graceful_timeout_s):
                 await asyncio.wait(tasks)
@@ -593,6 +811,7 @@ class _Conn(asyncio.Protocol):
         self.queued = 0
         self.busy = False
         self.task: asyncio.Task[None] | None = None
+        self.player: _Player | None = None
         self.served = 0
         self.finish_one = False
         self.over_cap = False
@@ -1042,8 +1261,11 @@ class _Conn(asyncio.Protocol):
             self.close()
             return
         if not program.instant:
+            # Paced (or ending otherwise than by a FIN or nothing): from callbacks, as
+            # the task that ran it did, starting at the loop's next turn.
             self.busy = True
-            self.task = self.loop.create_task(self._run_plan_task(program, report))
+            self.player = player = _Player(self, program, report)
+            self.loop.call_soon(player.start)
             return
         if self.closed or self.gone:
             report.outcome = Outcome.CLIENT_GONE
@@ -1061,10 +1283,10 @@ class _Conn(asyncio.Protocol):
         if program.ending != _KEEP or not program.keep or self.must_close:
             self.close()
 
-    async def _run_plan_task(self, program: _Program, report: PlanReport) -> None:
+    async def _run_plan_task(self, program: _Program, report: PlanReport, start: int) -> None:
         keep = False
         try:
-            keep = await self.execute(program, report)
+            keep = await self.execute(program, report, start)
         except Exception:
             logger.exception("Exception in the fast path")
             self.must_close = True
@@ -1123,6 +1345,7 @@ class _Conn(asyncio.Protocol):
     def _cycle_done(self, keep: bool) -> None:
         self.busy = False
         self.task = None
+        self.player = None
         if self.closed:
             return
         if not keep or self.must_close or self.gone or self.server.shutting_down:
@@ -1200,11 +1423,12 @@ class _Conn(asyncio.Protocol):
         segments.append((delay, b"".join(parts), frames, size, head))
         return _Program(segments, code, keep, stall_s)
 
-    async def execute(self, program: _Program, report: PlanReport) -> bool:
+    async def execute(self, program: _Program, report: PlanReport, start: int = 0) -> bool:
         """Put `program` on the socket, filling `report`; whether the connection can be
-        kept alive after it."""
+        kept alive after it. From segment `start` on, when a `_Player` wrote the ones
+        before it (then first waiting for the transport's buffer to drain)."""
         try:
-            await self._execute(program, report)
+            await self._execute(program, report, start)
         except _Gone:
             report.outcome = Outcome.CLIENT_GONE
             self.must_close = True
@@ -1215,10 +1439,14 @@ class _Conn(asyncio.Protocol):
         report.outcome = Outcome.COMPLETE
         return program.keep
 
-    async def _execute(self, program: _Program, report: PlanReport) -> None:
-        if self.closed or self.gone:
+    async def _execute(self, program: _Program, report: PlanReport, start: int) -> None:
+        segments = program.segments
+        if start:
+            await self.drain()
+            segments = segments[start:]
+        elif self.closed or self.gone:
             raise _Gone
-        for delay, data, frames, size, head in program.segments:
+        for delay, data, frames, size, head in segments:
             if delay > 0:
                 await self.pause(delay)
             self.write(data)
