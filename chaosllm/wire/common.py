@@ -31,10 +31,11 @@ import anyio.from_thread
 from chaosllm.core.report import PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import ResponsePlan
-from chaosllm.wire.asgi import ASGIApp, Message
+from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message
 
 __all__ = [
     "CONTROL_PREFIX",
+    "Cycle",
     "Direct",
     "ErrorBody",
     "ServerCore",
@@ -429,3 +430,90 @@ class ServerCore(abc.ABC):
             finally:
                 portal.call(self._shutdown_in_loop)
                 future.result(timeout=timeout_s)
+
+
+class Cycle:
+    """One request/response cycle of the ASGI app on either server: the ``receive`` and
+    ``send`` it is given, and the ASGI rules both enforce (one ``http.response.start``,
+    the body after it and nothing after the last part, a plan instead of a start). A
+    server says how its request body is read and how a head, a body part and a plan go
+    on its wire (the methods below that raise `NotImplementedError`)."""
+
+    __slots__ = ("body_sent", "committed", "complete", "head_sent", "headers", "started", "status")
+
+    def __init__(self) -> None:
+        self.body_sent = False
+        self.started = False
+        self.committed = False
+        """Something of the response went (or was handed) to the wire: too late for a 500."""
+        self.head_sent = False
+        self.complete = False
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    # -- what each server provides ---------------------------------------------------
+
+    def request_body(self) -> bytes:
+        raise NotImplementedError
+
+    async def wait_gone(self) -> None:
+        """Until the client has left."""
+        raise NotImplementedError
+
+    async def stream_head(self) -> None:
+        """Write the head of an answer without a Content-Length (a stream) now."""
+        raise NotImplementedError
+
+    async def body_part(self, body: bytes, more: bool) -> None:
+        """Write a part of the body (with the head, when it has not gone yet)."""
+        raise NotImplementedError
+
+    async def run_plan(self, plan: ResponsePlan, report: PlanReport) -> None:
+        """Execute `plan` on the wire, filling `report`."""
+        raise NotImplementedError
+
+    # -- ASGI --------------------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        if not self.body_sent:
+            self.body_sent = True
+            return {"type": "http.request", "body": self.request_body(), "more_body": False}
+        if not self.complete:
+            await self.wait_gone()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.body":
+            if not self.started:
+                raise RuntimeError("http.response.body sent before http.response.start")
+            if self.complete:
+                raise RuntimeError("http.response.body sent after the response completed")
+            more = bool(message.get("more_body", False))
+            if not more:
+                self.complete = True
+            self.committed = True
+            await self.body_part(message.get("body", b""), more)
+        elif kind == "http.response.start":
+            if self.started:
+                raise RuntimeError("http.response.start sent twice")
+            self.started = True
+            self.status = int(message["status"])
+            self.headers = headers = list(message.get("headers", ()))
+            for name, _ in headers:
+                if name.lower() == b"content-length":
+                    # A complete body follows at once: head and body in one write.
+                    return
+            # A stream: the head goes out now, as the client may time it.
+            self.committed = self.head_sent = True
+            await self.stream_head()
+        elif kind == PLAN_EXTENSION:
+            if self.started:
+                raise RuntimeError("chaosllm.plan sent after http.response.start")
+            self.started = self.committed = True
+            try:
+                await self.run_plan(message["plan"], message["report"])
+            finally:
+                self.complete = True
+        else:
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")

@@ -69,13 +69,14 @@ import h11
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, ResponsePlan
-from chaosllm.wire.asgi import PLAN_EXTENSION, Message, PlanAborted, Scope
+from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
     BOTH_FRAMINGS,
     LINGER_S,
     MAX_STASH,
     PHRASES,
+    Cycle,
     Direct,
     ServerCore,
     address,
@@ -504,7 +505,7 @@ class _Connection:
             if result is None:
                 return False
             cycle = _Cycle(self, body, request.method == b"HEAD")
-            await cycle._plan(*result)
+            await cycle.run_plan(*result)
         except Exception:
             logger.exception("Exception in the fast path")
             if result is None:
@@ -632,62 +633,22 @@ class _Connection:
                 pass
 
 
-class _Cycle:
-    """One request/response cycle: the ASGI ``receive`` and ``send`` callables."""
+class _Cycle(Cycle):
+    """One request/response cycle on the h11 server (`Cycle`)."""
 
-    __slots__ = (
-        "body",
-        "body_sent",
-        "committed",
-        "complete",
-        "conn",
-        "head_sent",
-        "headers",
-        "is_head",
-        "started",
-        "status",
-    )
+    __slots__ = ("body", "conn", "is_head")
 
     def __init__(self, conn: _Connection, body: bytes, is_head: bool) -> None:
+        super().__init__()
         self.conn = conn
         self.body = body
         self.is_head = is_head
-        self.body_sent = False
-        self.started = False
-        self.committed = False
-        self.head_sent = False
-        self.complete = False
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
 
-    async def receive(self) -> Message:
-        if not self.body_sent:
-            self.body_sent = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        if not self.complete:
-            await self.conn.wait_disconnect()
-        return {"type": "http.disconnect"}
+    def request_body(self) -> bytes:
+        return self.body
 
-    async def send(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.body":
-            await self._body(message)
-        elif kind == "http.response.start":
-            if self.started:
-                raise RuntimeError("http.response.start sent twice")
-            self.started = True
-            self.status = int(message["status"])
-            self.headers = headers = list(message.get("headers", ()))
-            for name, _ in headers:
-                if name.lower() == b"content-length":
-                    # A complete body follows at once: head and body in one write.
-                    return
-            # A stream: the head goes out now, as the client may time it.
-            await self._send_head()
-        elif kind == PLAN_EXTENSION:
-            await self._plan(message["plan"], message["report"])
-        else:
-            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+    async def wait_gone(self) -> None:
+        await self.conn.wait_disconnect()
 
     def _response(self, status: int, headers: list[tuple[bytes, bytes]]) -> h11.Response:
         has_date = False
@@ -701,8 +662,7 @@ class _Cycle:
             headers.append((b"connection", b"close"))
         return h11.Response(status_code=status, headers=headers, reason=PHRASES.get(status, b""))
 
-    async def _send_head(self) -> None:
-        self.committed = self.head_sent = True
+    async def stream_head(self) -> None:
         conn = self.conn
         if conn.gone or conn.closed:
             return
@@ -710,15 +670,7 @@ class _Cycle:
         with contextlib.suppress(_Gone):
             await conn.write(head)
 
-    async def _body(self, message: Message) -> None:
-        if not self.started:
-            raise RuntimeError("http.response.body sent before http.response.start")
-        if self.complete:
-            raise RuntimeError("http.response.body sent after the response completed")
-        more = bool(message.get("more_body", False))
-        if not more:
-            self.complete = True
-        self.committed = True
+    async def body_part(self, body: bytes, more: bool) -> None:
         conn = self.conn
         if conn.gone or conn.closed:
             return
@@ -727,7 +679,6 @@ class _Cycle:
         if not self.head_sent:
             self.head_sent = True
             out += _emit(h, self._response(self.status, self.headers))
-        body = message.get("body", b"")
         if body and not self.is_head:
             out += _emit(h, h11.Data(data=body))
         if not more:
@@ -736,10 +687,7 @@ class _Cycle:
             with contextlib.suppress(_Gone):
                 await conn.write(out[0] if len(out) == 1 else b"".join(out))
 
-    async def _plan(self, plan: ResponsePlan, report: PlanReport) -> None:
-        if self.started:
-            raise RuntimeError("chaosllm.plan sent after http.response.start")
-        self.started = self.committed = True
+    async def run_plan(self, plan: ResponsePlan, report: PlanReport) -> None:
         try:
             await _execute_plan(self, plan, report)
         except _Gone:
@@ -750,8 +698,6 @@ class _Cycle:
             raise
         else:
             report.outcome = Outcome.COMPLETE
-        finally:
-            self.complete = True
 
 
 class _Output:

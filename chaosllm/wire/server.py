@@ -84,7 +84,7 @@ import httptools
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import Ending, Framing, ResponsePlan
-from chaosllm.wire.asgi import PLAN_EXTENSION, Message, PlanAborted, Scope
+from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
     BOTH_FRAMINGS,
@@ -93,6 +93,7 @@ from chaosllm.wire.common import (
     MAX_STASH,
     PHRASES,
     RESERVE,
+    Cycle,
     Direct,
     ErrorBody,
     ServerCore,
@@ -1612,74 +1613,34 @@ class _Conn(asyncio.Protocol):
         self.loop.call_later(LINGER_S, self.close)
 
 
-class _Cycle:
-    """One request/response cycle of the ASGI app: its ``receive`` and ``send``."""
+class _Cycle(Cycle):
+    """One request/response cycle of the ASGI app on the builtin server (`Cycle`)."""
 
-    __slots__ = (
-        "body_sent",
-        "committed",
-        "complete",
-        "conn",
-        "head_sent",
-        "headers",
-        "keep",
-        "mode",
-        "remaining",
-        "req",
-        "started",
-        "status",
-    )
+    __slots__ = ("conn", "keep", "mode", "remaining", "req")
 
     def __init__(self, conn: _Conn, req: _Request) -> None:
+        super().__init__()
         self.conn = conn
         self.req = req
-        self.body_sent = False
-        self.started = False
-        self.committed = False
-        self.head_sent = False
-        self.complete = False
         self.keep = False
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
         self.mode = _LENGTH
         self.remaining = 0
 
-    async def receive(self) -> Message:
-        if not self.body_sent:
-            self.body_sent = True
-            return {"type": "http.request", "body": self.req.body, "more_body": False}
-        if not self.complete:
-            await self.conn.wait_gone()
-        return {"type": "http.disconnect"}
+    def request_body(self) -> bytes:
+        return self.req.body
 
-    async def send(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.body":
-            await self._body(message)
-        elif kind == "http.response.start":
-            if self.started:
-                raise RuntimeError("http.response.start sent twice")
-            self.started = True
-            self.status = int(message["status"])
-            self.headers = headers = list(message.get("headers", ()))
-            for name, _ in headers:
-                if name.lower() == b"content-length":
-                    # A complete body follows at once: head and body in one write.
-                    return
-            # A stream: the head goes out now, as the client may time it.
-            self.committed = self.head_sent = True
-            conn = self.conn
-            if conn.gone or conn.closed:
-                return
-            head = self._head()
-            with contextlib.suppress(_Gone):
-                conn.write(head)
-            if conn.write_paused:
-                await conn.drain()
-        elif kind == PLAN_EXTENSION:
-            await self._plan(message["plan"], message["report"])
-        else:
-            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+    async def wait_gone(self) -> None:
+        await self.conn.wait_gone()
+
+    async def stream_head(self) -> None:
+        conn = self.conn
+        if conn.gone or conn.closed:
+            return
+        head = self._head()
+        with contextlib.suppress(_Gone):
+            conn.write(head)
+        if conn.write_paused:
+            await conn.drain()
 
     def _head(self) -> bytes:
         conn = self.conn
@@ -1699,15 +1660,7 @@ class _Cycle:
         self.mode, self.remaining, self.keep = head.mode, head.length, head.keep_alive
         return head.render()
 
-    async def _body(self, message: Message) -> None:
-        if not self.started:
-            raise RuntimeError("http.response.body sent before http.response.start")
-        if self.complete:
-            raise RuntimeError("http.response.body sent after the response completed")
-        more = bool(message.get("more_body", False))
-        if not more:
-            self.complete = True
-        self.committed = True
+    async def body_part(self, body: bytes, more: bool) -> None:
         conn = self.conn
         if conn.gone or conn.closed:
             return
@@ -1715,7 +1668,6 @@ class _Cycle:
         if not self.head_sent:
             self.head_sent = True
             out.append(self._head())
-        body = message.get("body", b"")
         mode = self.mode
         if body and not self.req.is_head:
             if mode == _CHUNKED:
@@ -1740,17 +1692,11 @@ class _Cycle:
             if conn.write_paused:
                 await conn.drain()
 
-    async def _plan(self, plan: ResponsePlan, report: PlanReport) -> None:
-        if self.started:
-            raise RuntimeError("chaosllm.plan sent after http.response.start")
-        self.started = self.committed = True
+    async def run_plan(self, plan: ResponsePlan, report: PlanReport) -> None:
         conn = self.conn
         try:
-            try:
-                program = conn.compile(self.req, plan)
-            except BaseException:
-                report.outcome = Outcome.ERROR
-                raise
-            self.keep = await conn.execute(program, report)
-        finally:
-            self.complete = True
+            program = conn.compile(self.req, plan)
+        except BaseException:
+            report.outcome = Outcome.ERROR
+            raise
+        self.keep = await conn.execute(program, report)
