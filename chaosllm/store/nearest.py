@@ -39,8 +39,8 @@ Why this measure:
 Index
 -----
 The index keeps each document's text (a reference, not a copy), its token
-count, and postings: for each word, the slots of the documents containing it.
-A query:
+count, the slots of the documents of each token count, and postings: for
+each word, the slots of the documents containing it. A query:
 
 1. takes exact duplicates (the same text; or, for a query without words, the
    documents without words) from hash tables: found whatever the budgets;
@@ -53,7 +53,8 @@ A query:
    (a probe more common than the whole budget only if nothing rarer exists,
    and then its newest ``max_postings`` entries), counting for each document
    how many probes it contains (C-speed `Counter.update`); the ``candidates``
-   documents with the highest counts go on (ties: closest in length). The
+   documents with the highest counts go on (ties: closest in length; see
+   "Selecting" below). The
    probes too common for the budget (shared system prompts, "the") are only
    sampled, their newest entries, ``max_postings // 4`` in all; the
    ``candidates // 4`` documents with the most of them go on too: when all
@@ -76,6 +77,24 @@ at most 64 keys is scored directly (exact); otherwise documents outside
 ``keys`` are dropped after counting (a C-speed filter), and if that leaves
 fewer than ``k`` results, a collection of at most 128 keys is scored directly.
 
+Selecting
+---------
+Counting visits up to ``max_postings`` documents per query, so picking the
+best counted ones is done in a few C passes over them rather than in Python
+steps per document. A count is at most the number of probes (each slot is in
+a word's postings once), so the counts are a byte string aligned with the
+counted slots: its histogram is `bytes.count` per count, and the slots above
+or at the admitting count are picked by `bytes.translate` masks fed to
+`itertools.compress`. ``keys`` are looked up only for the slots at or above
+the count that would admit enough if none were left out, unless fewer than
+enough of those are in ``keys`` or ``keys`` are few (more than 8 documents
+per key). The ties at the admitting count (at most 4096 of them, in counting
+order) are weighed by length: the closest first, the longer first at the
+same distance, then the order counted (for the shorter ones, the reverse);
+a long list of ties is walked outwards from the query's length through the
+documents of each length instead of being sorted. The choice is exactly that
+of a plain filter, histogram and sort (``tests/test_nearest_selection.py``).
+
 Adding a key again replaces its document; the old one's postings stay behind
 (skipped) until replaced documents outnumber live ones and 1024, when the
 postings are rebuilt. Not thread-safe: use it from one event loop or thread.
@@ -92,7 +111,7 @@ import heapq
 from array import array
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Collection, Container, Iterable
+from collections.abc import Collection, Container, Iterable, Sized
 from itertools import compress, islice, pairwise
 from typing import TypeAlias
 
@@ -106,6 +125,32 @@ _Feature: TypeAlias = "bytes | tuple[bytes, bytes]"
 # the larger size, directly when the search finds fewer than k among them.
 _DIRECT_SCORE_SMALL = 64
 _DIRECT_SCORE_LIMIT = 128
+# At most this many slots tied at the admitting count are weighed by length.
+_TIED_LIMIT = 4096
+
+
+# `bytes.translate` tables over counts 0..255: 1 where a count is above, at, at
+# or above (from), or below `level`, else 0: masks for `itertools.compress`.
+def _above(level: int) -> bytes:
+    return bytes(level + 1) + b"\x01" * (255 - level)
+
+
+def _at(level: int) -> bytes:
+    return bytes(level) + b"\x01" + bytes(255 - level)
+
+
+def _from(level: int) -> bytes:
+    return bytes(level) + b"\x01" * (256 - level)
+
+
+def _below(level: int) -> bytes:
+    return b"\x01" * level + bytes(256 - level)
+
+
+# `keys` are few when there are more than this many documents per key.
+_FEW_KEYS = 8
+# Longer lists of tied slots are weighed by length with the documents by length.
+_WALK_LONGER = 256
 
 
 def _features(tokens: list[bytes]) -> set[_Feature]:
@@ -146,11 +191,13 @@ class NearestIndex:
     """
 
     __slots__ = (
+        "_by_length",
         "_candidates",
         "_dead",
         "_docs",
         "_exact",
         "_exact_more",
+        "_keyed_by_slot",
         "_keys",
         "_max_postings",
         "_max_probes",
@@ -181,7 +228,9 @@ class NearestIndex:
         self._postings: defaultdict[bytes, list[int]] = defaultdict(list)  # word -> slots
         self._docs: list[str | None] = []  # slot -> text; None: replaced
         self._keys: list[int] = []  # slot -> key
+        self._keyed_by_slot = True  # every slot's key is the slot itself
         self._ntokens = array("i")  # slot -> number of tokens
+        self._by_length: defaultdict[int, list[int]] = defaultdict(list)  # tokens -> slots
         self._slot_of: dict[int, int] = {}  # key -> live slot
         self._exact: dict[str, int] = {}  # text -> a live slot with that text
         self._exact_more: dict[str, list[int]] = {}  # text -> its other live slots
@@ -208,7 +257,10 @@ class NearestIndex:
         slot = len(self._docs)
         self._docs.append(text)
         self._keys.append(key)
+        if key != slot:
+            self._keyed_by_slot = False
         self._ntokens.append(len(tokens))
+        self._by_length[len(tokens)].append(slot)
         self._slot_of[key] = slot
         if self._exact.setdefault(text, slot) != slot:
             self._exact_more.setdefault(text, []).append(slot)
@@ -341,19 +393,96 @@ class NearestIndex:
             share = max(1, self._max_postings // 4 // len(rest))
             for _, word in rest:
                 common.update(postings[word][-share:])
-        chosen = self._top(rare, self._candidates, len(tokens), keys)
-        chosen.update(self._top(common, max(1, self._candidates // 4), len(tokens), keys))
+        chosen = self._top(rare, self._candidates, len(tokens), keys, scanned)
+        chosen.update(
+            self._top(common, max(1, self._candidates // 4), len(tokens), keys, len(rest))
+        )
         return chosen
 
     def _top(
-        self, counts: dict[int, int], want: int, ntokens: int, keys: Container[int] | None
+        self,
+        counts: dict[int, int],
+        want: int,
+        ntokens: int,
+        keys: Container[int] | None,
+        levels: int,
     ) -> set[int]:
-        """The `want` slots with the highest counts (in `keys`); ties: closest length."""
-        if keys is not None and counts:
-            inside = list(
-                compress(counts, map(keys.__contains__, map(self._keys.__getitem__, counts)))
-            )
-            counts = dict(zip(inside, map(counts.__getitem__, inside), strict=True))
+        """The `want` slots with the highest counts (in `keys`); ties: closest length.
+
+        The same selection as `_top_of` on `counts` restricted to `keys`, in
+        fewer steps per slot. Every count is in ``1..levels`` (the number of
+        probes counted); with at most 255 levels the counts fit in a byte
+        string aligned with the slots (`_select`). Unless `keys` are few (then
+        every slot is looked up first), `keys` are looked up first only for the
+        slots at or above the count that would admit `want` slots if none were
+        left out (a few dozen, usually), and only if fewer than `want` of those
+        are in `keys`, for the others too.
+        """
+        if not counts:
+            return set()
+        if levels > 255 or want > _TIED_LIMIT:
+            if keys is not None:
+                inside = list(
+                    compress(counts, map(keys.__contains__, map(self._keys.__getitem__, counts)))
+                )
+                counts = dict(zip(inside, map(counts.__getitem__, inside), strict=True))
+            return self._top_of(counts, want, ntokens)
+        if keys is None:
+            return self._select(counts, bytes(counts.values()), want, ntokens, levels)
+        count_of = counts.__getitem__
+        if isinstance(keys, Sized) and len(keys) * _FEW_KEYS < len(self._slot_of):
+            inside = self._inside(counts, keys)
+            return self._select(inside, bytes(map(count_of, inside)), want, ntokens, levels)
+        values = bytes(counts.values())
+        threshold = self._threshold(values, want, levels)[0]
+        high = self._inside(compress(counts, values.translate(_from(threshold))), keys)
+        if len(high) >= want or threshold == 1:
+            return self._select(high, bytes(map(count_of, high)), want, ntokens, levels)
+        low = self._inside(compress(counts, values.translate(_below(threshold))), keys)
+        rest = self._select(low, bytes(map(count_of, low)), want - len(high), ntokens, levels)
+        return rest.union(high)
+
+    def _inside(self, slots: Iterable[int], keys: Container[int]) -> list[int]:
+        """Those of `slots` whose key is in `keys`, in their order."""
+        if self._keyed_by_slot:
+            return list(filter(keys.__contains__, slots))
+        listed = list(slots)
+        return list(compress(listed, map(keys.__contains__, map(self._keys.__getitem__, listed))))
+
+    @staticmethod
+    def _threshold(values: bytes, want: int, levels: int) -> tuple[int, int]:
+        """The highest count such that `want` of `values` are at or above it (else 1),
+        and how many are."""
+        admitted = 0
+        threshold = 1
+        for count in range(levels, 0, -1):
+            admitted += values.count(count)
+            threshold = count
+            if admitted >= want:
+                break
+        return threshold, admitted
+
+    def _select(
+        self, slots: Collection[int], values: bytes, want: int, ntokens: int, levels: int
+    ) -> set[int]:
+        """`_top_of` on `slots` with their counts `values` (in 1..levels, aligned).
+
+        The histogram is `bytes.count` per level, and the slots above or at a
+        count are picked by masks (`bytes.translate`) for `itertools.compress`:
+        a few C passes over the slots.
+        """
+        threshold, admitted = self._threshold(values, want, levels)
+        if admitted <= want:  # all of those at or above it, and no more
+            return set(compress(slots, values.translate(_from(threshold))))
+        above = list(compress(slots, values.translate(_above(threshold))))
+        need = want - len(above)
+        tied = list(islice(compress(slots, values.translate(_at(threshold))), _TIED_LIMIT))
+        if len(tied) > need:
+            tied = self._closest_in_length(tied, ntokens, need)
+        return {*above, *tied}
+
+    def _top_of(self, counts: dict[int, int], want: int, ntokens: int) -> set[int]:
+        """`_top` on `counts` already restricted to `keys`, in plain Python."""
         if len(counts) <= want:
             return set(counts)
         # The count threshold that admits `want` slots; ties at it by length.
@@ -368,13 +497,26 @@ class NearestIndex:
         # C-speed filters; at most 4096 tied slots are weighed by length.
         above = list(compress(counts, map(threshold.__lt__, counts.values())))
         need = want - len(above)
-        tied = list(islice(compress(counts, map(threshold.__eq__, counts.values())), 4096))
+        tied = list(islice(compress(counts, map(threshold.__eq__, counts.values())), _TIED_LIMIT))
         if len(tied) > need:
             tied = self._closest_in_length(tied, ntokens, need)
         return {*above, *tied}
 
     def _closest_in_length(self, slots: list[int], ntokens: int, n: int) -> list[int]:
-        """The `n` slots whose documents' token counts are closest to `ntokens`."""
+        """The `n` slots whose documents' token counts are closest to `ntokens`.
+
+        The first `n` in the order of: distance, then longer (or as long)
+        before shorter, then for the longer ones their order in `slots` and for
+        the shorter ones the reverse; as a merge outwards from `ntokens` over
+        `slots` sorted by length (a stable sort) takes them. A long list is
+        walked instead in the index's documents by length, outwards from
+        `ntokens`, picking those in `slots`, while that finds them in fewer steps
+        than twice the length of the list; otherwise it is sorted.
+        """
+        if len(slots) > _WALK_LONGER:
+            found = self._walk_lengths(slots, ntokens, n)
+            if found is not None:
+                return found
         lengths = self._ntokens
         slots.sort(key=lengths.__getitem__)
         right = bisect_left(slots, ntokens, key=lengths.__getitem__)
@@ -390,6 +532,34 @@ class NearestIndex:
                 out.append(slots[left])
                 left -= 1
         return out
+
+    def _walk_lengths(self, slots: list[int], ntokens: int, n: int) -> list[int] | None:
+        """`_closest_in_length` by the documents of each length; None: too many steps."""
+        position = dict(zip(slots, range(len(slots)), strict=True))
+        place = position.__getitem__
+        by_length = self._by_length.get
+        steps = 2 * len(slots)
+        out: list[int] = []
+        distance = 0
+        while True:
+            longer = by_length(ntokens + distance)
+            if longer:
+                steps -= len(longer)
+                found = list(filter(position.__contains__, longer))
+                found.sort(key=place)
+                out += found[: n - len(out)]
+            shorter = by_length(ntokens - distance) if distance else None
+            if shorter and len(out) < n:
+                steps -= len(shorter)
+                found = list(filter(position.__contains__, shorter))
+                found.sort(key=place, reverse=True)
+                out += found[: n - len(out)]
+            if len(out) >= n:
+                return out
+            steps -= 1
+            if steps < 0:
+                return None
+            distance += 1
 
     def _score_slots(
         self, tokens: list[bytes], slots: Iterable[int], k: int, exact: Iterable[int] = ()
