@@ -1,24 +1,28 @@
-"""NearestIndex's candidate selection is the straightforward one, only faster.
+"""NearestIndex's candidate selection and scoring are the straightforward ones, only faster.
 
 `NearestIndex._top` picks the slots to score from the probe counts with byte
 strings and masks, looks `keys` up only where it must, and weighs long lists of
-tied slots by walking the documents by length. `Straightforward` below is the
-selection as it was written first, in plain Python (every count filtered by
-`keys`, a histogram, a full sort by length); every query on seeded random
-corpora must give exactly the same results with both.
+tied slots by walking the documents by length; `_score_slots` screens with the
+kept number of distinct words and scores from the words in common plus the
+bigrams. `Straightforward` below is all of it as first written, in plain
+Python (every count filtered by `keys`, a histogram, a full sort by length,
+whole feature sets scored with `_jaccard`); every query on seeded random
+corpora must give exactly the same results (keys and float scores) with both.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from itertools import compress, islice
 
 import pytest
 
-from chaosllm.store.nearest import NearestIndex
+from chaosllm.store.nearest import NearestIndex, _features, _jaccard
+from chaosllm.store.normalize import tokenize_bytes
 
 _WORDS = [f"w{i}" for i in range(600)]
 
@@ -75,6 +79,35 @@ class Straightforward(NearestIndex):
                 left -= 1
         return out
 
+    def _score_slots(
+        self, tokens: list[bytes], slots: Iterable[int], k: int, exact: Iterable[int] = ()
+    ) -> list[tuple[int, float]]:
+        docs = self._docs
+        qwords = set(tokens)
+        nq = len(qwords)
+        screened: list[tuple[float, int, list[bytes]]] = []
+        for slot in slots:
+            text = docs[slot]
+            if text is None:
+                continue
+            dtokens = tokenize_bytes(text)
+            dwords = set(dtokens)
+            inter = len(qwords & dwords)
+            union = nq + len(dwords) - inter
+            if inter or not union:
+                screened.append((-(inter / union if union else 1.0), slot, dtokens))
+        if not screened:
+            return []
+        qfeatures = _features(tokens)
+        slot_keys = self._keys
+        scored = {slot_keys[slot]: -1.0 for slot in exact}
+        for _, slot, dtokens in heapq.nsmallest(max(k, self._shortlist), screened):
+            key = slot_keys[slot]
+            if key not in scored:
+                scored[key] = -_jaccard(qfeatures, _features(dtokens))
+        best = heapq.nsmallest(k, ((neg, key) for key, neg in scored.items()))
+        return [(key, -neg) for neg, key in best]
+
 
 def _zipf_words(rng: random.Random, n: int, vocabulary: int = len(_WORDS)) -> list[str]:
     return [_WORDS[min(int(rng.paretovariate(0.7)) - 1, vocabulary - 1)] for _ in range(n)]
@@ -90,6 +123,8 @@ def _corpus(rng: random.Random, size: int) -> list[str]:
             turns = [_zipf_words(rng, rng.randint(3, 20)) for _ in range(rng.randint(2, 5))]
             for end in range(1, len(turns) + 1):
                 docs.append(" ".join(prompt + [w for t in turns[:end] for w in t]))
+        elif rng.random() < 0.01:
+            docs.append(rng.choice(["", "?!", "..."]))  # documents without words
         else:
             docs.append(" ".join(prompt + _zipf_words(rng, rng.randint(1, 90))))
     return docs[:size]
@@ -98,7 +133,7 @@ def _corpus(rng: random.Random, size: int) -> list[str]:
 def _queries(rng: random.Random, docs: list[str], count: int) -> list[str]:
     out: list[str] = []
     for _ in range(count):
-        words = rng.choice(docs).split()
+        words = rng.choice(docs).split() or ["w1"]
         kind = rng.randrange(5)
         if kind == 1:
             words[rng.randrange(len(words))] = rng.choice(_WORDS)
@@ -109,6 +144,7 @@ def _queries(rng: random.Random, docs: list[str], count: int) -> list[str]:
         elif kind == 4:
             words = rng.sample(_WORDS, rng.randint(1, 8))  # rare words only
         out.append(" ".join(words))
+    out += ["", "!!", "w0", "w0 w0 w0"]
     return out
 
 

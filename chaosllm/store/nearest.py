@@ -202,6 +202,7 @@ class NearestIndex:
         "_max_postings",
         "_max_probes",
         "_ntokens",
+        "_nwords",
         "_postings",
         "_shortlist",
         "_slot_of",
@@ -230,6 +231,7 @@ class NearestIndex:
         self._keys: list[int] = []  # slot -> key
         self._keyed_by_slot = True  # every slot's key is the slot itself
         self._ntokens = array("i")  # slot -> number of tokens
+        self._nwords = array("i")  # slot -> number of distinct tokens
         self._by_length: defaultdict[int, list[int]] = defaultdict(list)  # tokens -> slots
         self._slot_of: dict[int, int] = {}  # key -> live slot
         self._exact: dict[str, int] = {}  # text -> a live slot with that text
@@ -266,8 +268,10 @@ class NearestIndex:
             self._exact_more.setdefault(text, []).append(slot)
         if not tokens:
             self._wordless.add(slot)
+        words = set(tokens)
+        self._nwords.append(len(words))
         postings = self._postings
-        for word in set(tokens):
+        for word in words:
             postings[word].append(slot)
 
     def _forget(self, slot: int) -> None:
@@ -567,32 +571,42 @@ class NearestIndex:
         """Score `slots` against the query `tokens` and return the best `k`.
 
         Two stages: the Jaccard index of the word sets (cheap: no bigrams to
-        build) screens the slots down to ``shortlist``; those, and the `exact`
-        duplicates, are scored with the real measure.
+        build; the number of distinct words of each document is kept) screens
+        the slots down to ``shortlist``; those, and the `exact` duplicates, are
+        scored with the real measure (`similarity`, from the words in common
+        and the bigrams).
         """
         docs = self._docs
+        nwords = self._nwords
         qwords = set(tokens)
         nq = len(qwords)
-        screened: list[tuple[float, int, list[bytes]]] = []
+        screened: list[tuple[float, int, int, list[bytes]]] = []
         for slot in slots:
             text = docs[slot]
             if text is None:
                 continue
             dtokens = _tokens(text)
-            dwords = set(dtokens)
-            inter = len(qwords & dwords)
-            union = nq + len(dwords) - inter
+            inter = len(qwords.intersection(dtokens))
+            union = nq + nwords[slot] - inter
             if inter or not union:
-                screened.append((-(inter / union if union else 1.0), slot, dtokens))
+                screened.append((-(inter / union if union else 1.0), slot, inter, dtokens))
         if not screened:
             return []
-        qfeatures = _features(tokens)
+        # The measure in parts: words and bigrams never equal each other, so the
+        # features in common are the words in common (known) plus the bigrams.
+        qbigrams = set(pairwise(tokens))
+        nqfeatures = nq + len(qbigrams)
         slot_keys = self._keys
         scored = {slot_keys[slot]: -1.0 for slot in exact}  # the same text: similarity 1
-        for _, slot, dtokens in heapq.nsmallest(max(k, self._shortlist), screened):
+        for _, slot, words_in_common, dtokens in heapq.nsmallest(max(k, self._shortlist), screened):
             key = slot_keys[slot]
             if key not in scored:
-                scored[key] = -_jaccard(qfeatures, _features(dtokens))
+                dbigrams = set(pairwise(dtokens))
+                inter = words_in_common + len(
+                    qbigrams & dbigrams if len(qbigrams) <= len(dbigrams) else dbigrams & qbigrams
+                )
+                union = nqfeatures + nwords[slot] + len(dbigrams) - inter
+                scored[key] = -(inter / union if union else 1.0)
         best = heapq.nsmallest(k, ((neg, key) for key, neg in scored.items()))
         return [(key, -neg) for neg, key in best]
 
