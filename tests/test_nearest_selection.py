@@ -1,13 +1,15 @@
 """NearestIndex's candidate selection and scoring are the straightforward ones, only faster.
 
-`NearestIndex._top` picks the slots to score from the probe counts with byte
-strings and masks, looks `keys` up only where it must, and weighs long lists of
-tied slots by walking the documents by length; `_score_slots` screens with the
-kept number of distinct words and scores from the words in common plus the
-bigrams. `Straightforward` below is all of it as first written, in plain
-Python (every count filtered by `keys`, a histogram, a full sort by length,
-whole feature sets scored with `_jaccard`); every query on seeded random
-corpora must give exactly the same results (keys and float scores) with both.
+`NearestIndex._probes` sorts where it took `heapq.nsmallest`; `_top` picks the
+slots to score from the probe counts with byte strings and masks, looks `keys`
+up only where it must, and weighs long lists of tied slots by walking the
+documents by length; `_score_slots` screens with the kept number of distinct
+words and scores from the words in common plus the bigrams. `Straightforward`
+below is all of it as first written, in plain Python (probes by
+`heapq.nsmallest`, every count filtered by `keys`, a histogram, a full sort by
+length, whole feature sets scored with `_jaccard`); every query on seeded
+random corpora must give exactly the same results (keys and float scores)
+with both.
 """
 
 from __future__ import annotations
@@ -31,6 +33,25 @@ class Straightforward(NearestIndex):
     """The first, plain selection: the oracle the optimised one must equal."""
 
     __slots__ = ()
+
+    def _probes(self, tokens: list[bytes]) -> list[tuple[int, bytes]]:
+        get = self._postings.get
+        df = {word: len(plist) for word in set(tokens) if (plist := get(word)) is not None}
+        limit = self._max_probes
+        if len(df) <= limit:
+            chosen = set(df)
+        else:
+            chosen = set()
+            stretches = max(1, limit // 2)
+            n = len(tokens)
+            for i in range(stretches):
+                stretch = tokens[i * n // stretches : (i + 1) * n // stretches]
+                words = {w for w in stretch if w in df}
+                chosen.update(heapq.nsmallest(2, words, key=df.__getitem__))
+            if len(chosen) < limit:
+                rest = (w for w in df if w not in chosen)
+                chosen.update(heapq.nsmallest(limit - len(chosen), rest, key=df.__getitem__))
+        return sorted((df[w], w) for w in chosen)
 
     def _top(
         self,

@@ -355,13 +355,16 @@ class NearestIndex:
             chosen = set()
             stretches = max(1, limit // 2)
             n = len(tokens)
+            # sorted(...)[:m] is heapq.nsmallest(m, ...) (the same ties: first
+            # in iteration order), with the key called from C.
+            frequency = df.__getitem__
             for i in range(stretches):
                 stretch = tokens[i * n // stretches : (i + 1) * n // stretches]
                 words = {w for w in stretch if w in df}
-                chosen.update(heapq.nsmallest(2, words, key=df.__getitem__))
+                chosen.update(sorted(words, key=frequency)[:2])
             if len(chosen) < limit:
-                rest = (w for w in df if w not in chosen)
-                chosen.update(heapq.nsmallest(limit - len(chosen), rest, key=df.__getitem__))
+                rest = [w for w in df if w not in chosen]
+                chosen.update(sorted(rest, key=frequency)[: limit - len(chosen)])
         return sorted((df[w], w) for w in chosen)
 
     def _candidate_slots(self, tokens: list[bytes], keys: Container[int] | None) -> set[int]:
