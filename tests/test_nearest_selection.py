@@ -2,9 +2,10 @@
 
 `NearestIndex._probes` sorts where it took `heapq.nsmallest`; `_top` picks the
 slots to score from the probe counts with byte strings and masks, looks `keys`
-up only where it must, and weighs long lists of tied slots by walking the
-documents by length; `_score_slots` screens with the kept number of distinct
-words and scores from the words in common plus the bigrams. `Straightforward`
+up only where it must (in a kept byte mask for a frozenset or range asked with
+again), and weighs long lists of tied slots by walking the documents by
+length; `_score_slots` screens with the kept number of distinct words and
+scores from the words in common plus the bigrams. `Straightforward`
 below is all of it as first written, in plain Python (probes by
 `heapq.nsmallest`, every count filtered by `keys`, a histogram, a full sort by
 length, whole feature sets scored with `_jaccard`); every query on seeded
@@ -60,6 +61,7 @@ class Straightforward(NearestIndex):
         ntokens: int,
         keys: Container[int] | None,
         levels: int,
+        mask: bytes | None = None,
     ) -> set[int]:
         if keys is not None and counts:
             inside = list(
@@ -257,3 +259,24 @@ def test_long_tied_lists_are_weighed_by_length_as_by_the_sort() -> None:
         n = rng.randint(1, 40)
         wanted = plain._closest_in_length(list(slots), ntokens, n)
         assert fast._closest_in_length(list(slots), ntokens, n) == wanted
+
+
+def test_kept_key_masks_follow_the_documents_added() -> None:
+    # The same frozenset and range asked with again and again (their masks are
+    # kept) while documents are added and replaced between the queries, and
+    # more such objects than masks are kept.
+    rng = random.Random(13)
+    docs = _corpus(rng, 1500)
+    fast, plain = _both(docs[:1000])
+    evens = frozenset(range(0, 3000, 2))
+    thirds = range(0, 3000, 3)
+    queries = _queries(rng, docs, 16)
+    for step, text in enumerate(docs[1000:]):
+        key = step % 1200 if step % 3 else 1000 + step  # replacements and new keys
+        fast.add(key, text)
+        plain.add(key, text)
+        if step % 100 == 0:
+            others = [frozenset(rng.sample(range(3000), 1500)) for _ in range(3)]
+            for query in queries:
+                for keys in (evens, thirds, evens, *others, *others):
+                    assert fast.query(query, k=3, keys=keys) == plain.query(query, k=3, keys=keys)
