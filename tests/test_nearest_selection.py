@@ -2,9 +2,8 @@
 
 `NearestIndex._probes` sorts where it took `heapq.nsmallest`; `_top` picks the
 slots to score from the probe counts with byte strings and masks, looks `keys`
-up only where it must (in a kept byte mask for a frozenset or range asked with
-again), and weighs long lists of tied slots by walking the documents by
-length; `_score_slots` screens with the kept number of distinct words and
+up only where it must, and weighs long lists of tied slots by walking the
+documents by length; `_score_slots` screens with the kept number of distinct words and
 scores from the words in common plus the bigrams. `Straightforward`
 below is all of it as first written, in plain Python (probes by
 `heapq.nsmallest`, every count filtered by `keys`, a histogram, a full sort by
@@ -61,7 +60,6 @@ class Straightforward(NearestIndex):
         ntokens: int,
         keys: Container[int] | None,
         levels: int,
-        mask: bytes | None = None,
     ) -> set[int]:
         if keys is not None and counts:
             inside = list(
@@ -261,10 +259,10 @@ def test_long_tied_lists_are_weighed_by_length_as_by_the_sort() -> None:
         assert fast._closest_in_length(list(slots), ntokens, n) == wanted
 
 
-def test_kept_key_masks_follow_the_documents_added() -> None:
-    # The same frozenset and range asked with again and again (their masks are
-    # kept) while documents are added and replaced between the queries, and
-    # more such objects than masks are kept.
+def test_equal_while_documents_are_added_between_queries() -> None:
+    # What the index keeps per slot (token and word counts, the documents by
+    # length, whether keys are slots) follows adds and replacements between
+    # queries; the same key objects asked with again and again, and new ones.
     rng = random.Random(13)
     docs = _corpus(rng, 1500)
     fast, plain = _both(docs[:1000])

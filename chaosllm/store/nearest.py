@@ -88,11 +88,7 @@ or at the admitting count are picked by `bytes.translate` masks fed to
 `itertools.compress`. ``keys`` are looked up only for the slots at or above
 the count that would admit enough if none were left out, unless fewer than
 enough of those are in ``keys`` or ``keys`` are few (more than 8 documents
-per key). A frozenset or range of keys asked with again (the matcher asks
-with the same frozenset of a provider's keys each time) is looked up in a
-byte mask over the slots, one C gather (`operator.itemgetter`) per query,
-made on its second query and kept, for the last 8 such objects, until a
-document is added. The ties at the admitting count (at most 4096 of them, in counting
+per key). The ties at the admitting count (at most 4096 of them, in counting
 order) are weighed by length: the closest first, the longer first at the
 same distance, then the order counted (for the shorter ones, the reverse);
 a long list of ties is walked outwards from the query's length through the
@@ -105,10 +101,11 @@ postings are rebuilt. Not thread-safe: use it from one event loop or thread.
 
 Costs (``benchmarks/bench_nearest.py``: 100k synthetic chat documents of ~170
 words, a shared 2-core VM): ~50 µs to add a document; a query ~2.2 ms (p50),
-~4 ms (p99), restricted to half the keys about the same; the index adds
-~1.2 KB per document to the texts, mostly postings (8 bytes per distinct
-word), and 12 bytes for its number of distinct words and its place among the
-documents of its length (and a byte per document for each key mask kept).
+~4 ms (p99), restricted to half the keys ~2.4 ms and ~5.7 ms (a `range`: its
+membership test costs twice a frozenset's); the index adds ~1.2 KB per
+document to the texts, mostly postings (8 bytes per distinct word), and 12
+bytes for its number of distinct words and its place among the documents of
+its length.
 """
 
 from __future__ import annotations
@@ -119,7 +116,6 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Collection, Container, Iterable, Sized
 from itertools import compress, islice, pairwise
-from operator import itemgetter
 from typing import TypeAlias
 
 from chaosllm.store.normalize import tokenize_bytes as _tokens
@@ -158,8 +154,6 @@ def _below(level: int) -> bytes:
 _FEW_KEYS = 8
 # Longer lists of tied slots are weighed by length with the documents by length.
 _WALK_LONGER = 256
-# Masks of the slots in `keys` kept at most, for frozensets and ranges of keys.
-_MASKS = 8
 
 
 def _features(tokens: list[bytes]) -> set[_Feature]:
@@ -208,7 +202,6 @@ class NearestIndex:
         "_exact_more",
         "_keyed_by_slot",
         "_keys",
-        "_masks",
         "_max_postings",
         "_max_probes",
         "_ntokens",
@@ -248,9 +241,6 @@ class NearestIndex:
         self._exact_more: dict[str, list[int]] = {}  # text -> its other live slots
         self._wordless: set[int] = set()  # live slots of documents without a word
         self._dead = 0  # replaced slots still in the postings
-        # id(keys) -> (keys, a byte per slot: 1 if its key is in keys), or
-        # (None, b"") for keys seen once (`_key_mask`)
-        self._masks: dict[int, tuple[Container[int] | None, bytes]] = {}
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -260,7 +250,6 @@ class NearestIndex:
 
     def add(self, key: int, text: str) -> None:
         """Index `text` under `key`, replacing what `key` had."""
-        self._masks.clear()
         old = self._slot_of.get(key)
         if old is not None:
             self._forget(old)
@@ -414,10 +403,9 @@ class NearestIndex:
             share = max(1, self._max_postings // 4 // len(rest))
             for _, word in rest:
                 common.update(postings[word][-share:])
-        mask = None if keys is None else self._key_mask(keys)
-        chosen = self._top(rare, self._candidates, len(tokens), keys, scanned, mask)
+        chosen = self._top(rare, self._candidates, len(tokens), keys, scanned)
         chosen.update(
-            self._top(common, max(1, self._candidates // 4), len(tokens), keys, len(rest), mask)
+            self._top(common, max(1, self._candidates // 4), len(tokens), keys, len(rest))
         )
         return chosen
 
@@ -428,7 +416,6 @@ class NearestIndex:
         ntokens: int,
         keys: Container[int] | None,
         levels: int,
-        mask: bytes | None = None,
     ) -> set[int]:
         """The `want` slots with the highest counts (in `keys`); ties: closest length.
 
@@ -439,7 +426,7 @@ class NearestIndex:
         every slot is looked up first), `keys` are looked up first only for the
         slots at or above the count that would admit `want` slots if none were
         left out (a few dozen, usually), and only if fewer than `want` of those
-        are in `keys`, for the others too. `mask`: `keys` as `_key_mask` gives them.
+        are in `keys`, for the others too.
         """
         if not counts:
             return set()
@@ -454,52 +441,23 @@ class NearestIndex:
             return self._select(counts, bytes(counts.values()), want, ntokens, levels)
         count_of = counts.__getitem__
         if isinstance(keys, Sized) and len(keys) * _FEW_KEYS < len(self._slot_of):
-            inside = self._inside(counts, keys, mask)
+            inside = self._inside(counts, keys)
             return self._select(inside, bytes(map(count_of, inside)), want, ntokens, levels)
         values = bytes(counts.values())
         threshold = self._threshold(values, want, levels)[0]
-        high = self._inside(compress(counts, values.translate(_from(threshold))), keys, mask)
+        high = self._inside(compress(counts, values.translate(_from(threshold))), keys)
         if len(high) >= want or threshold == 1:
             return self._select(high, bytes(map(count_of, high)), want, ntokens, levels)
-        low = self._inside(compress(counts, values.translate(_below(threshold))), keys, mask)
+        low = self._inside(compress(counts, values.translate(_below(threshold))), keys)
         rest = self._select(low, bytes(map(count_of, low)), want - len(high), ntokens, levels)
         return rest.union(high)
 
-    def _inside(self, slots: Iterable[int], keys: Container[int], mask: bytes | None) -> list[int]:
-        """Those of `slots` whose key is in `keys` (`mask`, if not None), in their order."""
-        if mask is not None:  # one C gather (itemgetter) instead of a call per slot
-            listed = list(slots)
-            if len(listed) > 1:
-                return list(compress(listed, itemgetter(*listed)(mask)))
-            return [slot for slot in listed if mask[slot]]
+    def _inside(self, slots: Iterable[int], keys: Container[int]) -> list[int]:
+        """Those of `slots` whose key is in `keys`, in their order."""
         if self._keyed_by_slot:
             return list(filter(keys.__contains__, slots))
         listed = list(slots)
         return list(compress(listed, map(keys.__contains__, map(self._keys.__getitem__, listed))))
-
-    def _key_mask(self, keys: Container[int]) -> bytes | None:
-        """A byte per slot, 1 if its key is in `keys`: for a frozenset or a range
-        (immutable) asked with again, until a document is added.
-
-        The matcher asks with the same frozenset of a provider's keys every
-        time; the mask (one pass over the slots) is made on the second query
-        with the same object, and kept, with the object, for the last 8 such
-        objects (an object seen once is remembered by its id only).
-        """
-        if type(keys) is not frozenset and type(keys) is not range:
-            return None
-        masks = self._masks
-        entry = masks.get(id(keys))
-        if entry is not None and entry[0] is keys:
-            return entry[1]
-        if entry is None:
-            if len(masks) >= _MASKS:
-                del masks[next(iter(masks))]
-            masks[id(keys)] = (None, b"")  # seen once: not worth a mask yet
-            return None
-        mask = bytes(map(keys.__contains__, self._keys))
-        masks[id(keys)] = (keys, mask)
-        return mask
 
     @staticmethod
     def _threshold(values: bytes, want: int, levels: int) -> tuple[int, int]:
