@@ -445,7 +445,10 @@ class NearestIndex:
             return self._select(inside, bytes(map(count_of, inside)), want, ntokens, levels)
         values = bytes(counts.values())
         threshold = self._threshold(values, want, levels)[0]
-        high = self._inside(compress(counts, values.translate(_from(threshold))), keys)
+        at_or_above = (
+            counts if threshold == 1 else compress(counts, values.translate(_from(threshold)))
+        )
+        high = self._inside(at_or_above, keys)
         if len(high) >= want or threshold == 1:
             return self._select(high, bytes(map(count_of, high)), want, ntokens, levels)
         low = self._inside(compress(counts, values.translate(_below(threshold))), keys)
