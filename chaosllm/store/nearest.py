@@ -100,12 +100,12 @@ Adding a key again replaces its document; the old one's postings stay behind
 postings are rebuilt. Not thread-safe: use it from one event loop or thread.
 
 Costs (``benchmarks/bench_nearest.py``: 100k synthetic chat documents of ~170
-words, a shared 2-core VM): ~50 µs to add a document; a query ~2.2 ms (p50),
-~4 ms (p99), restricted to half the keys ~2.4 ms and ~5.7 ms (a `range`: its
-membership test costs twice a frozenset's); the index adds ~1.2 KB per
-document to the texts, mostly postings (8 bytes per distinct word), and 12
-bytes for its number of distinct words and its place among the documents of
-its length.
+words, a shared 2-core VM): ~50 µs to add a document; a query ~2.1-2.5 ms
+(p50), ~3.6-5.2 ms (p99), restricted to half the keys ~2.3-2.6 ms and ~5-6 ms
+(the keys of the thousands of documents counted are looked up); the index
+adds ~1.2 KB per document to the texts, mostly postings (8 bytes per distinct
+word), and 12 bytes for its number of distinct words and its place among the
+documents of its length.
 """
 
 from __future__ import annotations
