@@ -1140,7 +1140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def run_nearest() -> None:
             if not synthetic:
                 synthetic.append(workloads.synthetic_recordings(tmp, 10_000))
-            nearest(results, synthetic[0], 100_000, 300 if quick else 1000, 100 if quick else 400)
+            nearest(results, synthetic[0], 100_000, 300 if quick else 5000, 100 if quick else 400)
 
         def run_faults() -> None:
             faults(
