@@ -24,7 +24,13 @@ def shared_server() -> Iterator[ChaosServer]:
 
 @pytest.fixture
 def server(shared_server: ChaosServer) -> ChaosServer:
+    """The shared server as a fresh one is: what `ChaosServer.reset` keeps (the default
+    scenario, the workspace, a rate limit) is cleared too, so that no test's choice
+    reaches the tests after it, in whatever order they run."""
     shared_server.reset()
+    shared_server.use_scenario(None)
+    shared_server.set_workspace(None)
+    shared_server.set_rate_limit(None)
     return shared_server
 
 
