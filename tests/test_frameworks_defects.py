@@ -398,6 +398,28 @@ def test_a_json_answer_gets_fresh_ids_and_the_follow_up_still_matches() -> None:
     assert answer.record["digest"] == recording("tool-call/0002")["digest"]
 
 
+def test_a_fault_on_a_later_serve_transforms_the_answer_with_its_fresh_ids() -> None:
+    """With faults armed that do not match, later serves get the fresh ids they get with
+    none armed; a fault that matches breaks that answer, fresh ids and all (a JSON answer
+    cut short: the fresh-id answer's first bytes, not the recording's)."""
+
+    def serves(arm: list[dict[str, Any]]) -> tuple[bytes, bytes]:
+        pair = EnginePair.of(seed=3)
+        ask = request_body(TOOL, stream=False)
+        pair.send(ask, session="s")
+        if arm:
+            pair.arm(arm)
+        return pair.send(ask, session="s").body, pair.send(ask, session="s").body
+
+    plain = serves([])
+    others = [{"type": "http_503", "match": {"session": f"other-{i}"}} for i in range(5)]
+    assert serves(others) == plain
+    cut, _ = serves([{"type": "truncated_stream", "match": {"session": "s"}}])
+    assert cut != plain[0] and plain[0].startswith(cut)  # the fresh-id answer, cut short
+    recorded = json.dumps(recording(TOOL)["response"]["body"]).encode()
+    assert ids(cut)[0] == ids(plain[0])[0] and ids(cut)[0] not in ids(recorded)
+
+
 @pytest.mark.parametrize(
     ("path", "first", "second"),
     [

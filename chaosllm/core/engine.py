@@ -194,8 +194,9 @@ class _Request:
     prepared: _Prepared | None = None
     """The prepared body it was read from (a replay; None for a proxied request)."""
 
-    @property
-    def info(self) -> RequestInfo:
+    def info(self, answer: JSON = None, *, answer_known: bool = True) -> RequestInfo:
+        """What the fault board matches this request by, with the `answer` a fault would
+        transform (`answer_known` false: not known yet)."""
         model = self.model if isinstance(self.model, str) else None
         call = self.call
         return RequestInfo(
@@ -206,6 +207,8 @@ class _Request:
             turn=self.turn,
             provider=call.provider,
             body=self.body,
+            answer=answer,
+            answer_known=answer_known,
         )
 
     def journal_fields(self) -> dict[str, Any]:
@@ -523,15 +526,21 @@ class Engine:
             limited = self._take_rate(limiter, request.call, body=request.body, answer=answer)
             if not limited.allowed:
                 return self._rate_limited(request.call, request.journal_fields(), limited)
+        # Only when an armed fault matches the request is the board asked to fire one (and
+        # the answer with fresh ids worked out for it to transform).
+        faultable = faults and bool(self.board) and not self.board.quiet_for(request.info(answer))
         # Fresh ids only within a session: anonymous requests always get the recording.
         pieces = None
         if match is not None and match.serves and request.call.session is not None:
-            pieces, answer = self._fresh_ids(request, exchange, plan, match.serves)
+            pieces, answer = self._fresh_ids(request, exchange, plan, match.serves, faultable)
         fired = None
-        if faults and len(self.board):
-            if pieces is not None:
-                plan, pieces = plan.with_(pieces=pieces), None
-            plan, fired = self._take_fault(request, plan, answer)
+        if faultable:
+            # A fault transforms the plan with its fresh ids; when none fires, the plan
+            # stays the rendering (so the head worked out for it is found again below).
+            given = plan if pieces is None else plan.with_(pieces=pieces)
+            faulted, fired = self._take_fault(request, given, answer)
+            if fired is not None:
+                plan, pieces = faulted, None
         consumed = match is not None and (fired is None or fired.spec.entry.delivers_answer)
         if consumed:
             assert match is not None
@@ -607,7 +616,7 @@ class Engine:
             or exchange is not match.exchange
             or request.fields.get("findings")
             or mock_llm.MARKER in call.body
-            or not self._quiet(lambda: replace(request.info, answer=exchange.response.body))
+            or not self._quiet(lambda: request.info(exchange.response.body))
         ):
             return
         prepared = request.prepared
@@ -844,12 +853,18 @@ class Engine:
         )
 
     def _fresh_ids(
-        self, request: _Request, exchange: Exchange, plan: ResponsePlan, serves: int
+        self,
+        request: _Request,
+        exchange: Exchange,
+        plan: ResponsePlan,
+        serves: int,
+        faultable: bool,
     ) -> tuple[tuple[Piece, ...] | None, JSON]:
         """The pieces and answer of a recording served to this session `serves` times
         before, with fresh ids (seeded by the server seed, the session, the recording and
         `serves`; None: it has none); the session's later requests that echo them are
-        keyed as recorded."""
+        keyed as recorded. The answer with fresh ids only when a fault may transform it
+        (`faultable`), else the recorded one."""
         session = request.call.session
         key = f"{self.config.seed}:{session!r}:{exchange.name}:{serves}"
         answer = exchange.response.body
@@ -868,7 +883,7 @@ class Engine:
         while len(kept) > MINTED_PER_SESSION:
             kept.popitem(last=False)
         # The answer a fault sees, with the same ids (only a fault needs it).
-        return pieces, swap_strings(answer, fresh) if len(self.board) else answer
+        return pieces, swap_strings(answer, fresh) if faultable else answer
 
     def _prepare(self, provider: Provider, raw: bytes, call: ProviderCall) -> _Prepared:
         """Parse, bind (`Provider.bind`: what the path and query say), validate and redact
@@ -945,7 +960,7 @@ class Engine:
                 spec, provider, answer, request=body, stream=stream
             )
 
-        info = replace(request.info, answer=answer, answer_known=waits is None)
+        info = request.info(answer, answer_known=waits is None)
         fired = self.board.take(info, applies, waits=waits)
         if fired is None:
             return plan, None
@@ -1018,7 +1033,7 @@ class Engine:
             nonlocal waiting
             waiting = True
 
-        info = replace(request.info, answer=None, answer_known=False)
+        info = request.info(None, answer_known=False)
         fired = self.board.take(info, live, waits=wait)
         if fired is not None:
             self._fired_live(proxy, fired)

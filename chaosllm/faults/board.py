@@ -468,10 +468,11 @@ class FaultBoard:
             return True
         with self._lock:
             self._expire()
+            candidates = self._candidates(request)
+            if not candidates:  # armed for other sessions and models only
+                return True
             facts = _Facts(request)
-            return not any(
-                fault.matches(request, facts, maybe=True) for fault in self._candidates(request)
-            )
+            return not any(fault.matches(request, facts, maybe=True) for fault in candidates)
 
     def take(
         self,
