@@ -45,7 +45,7 @@ from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
 from chaosllm.http.control import parse_allow_hosts
-from chaosllm.http.direct import DirectHandler
+from chaosllm.http.direct import DirectFront, DirectHandler
 from chaosllm.http.state import ChaosState
 from chaosllm.providers import error_body_for_path
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
@@ -163,7 +163,8 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
     # deadlines and a connection cap in the protocol, a shutdown that cancels stalls,
     # sparse logs at the open-file limit; the body limit is the app's BodyLimit.
     uv_config = uvicorn.Config(
-        app,
+        # Provider requests take the hot path the builtin server takes, before the app.
+        DirectFront(app, app.state.chaos, config.max_body_bytes),
         loop=loop,
         http=guarded_protocol(http, config.max_connections),
         log_level="warning",

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer, InvalidFaultSpec, ServerError
+from chaosllm.http.direct import DirectFront
 from tests.helpers import recording, request_body
 
 
@@ -70,6 +71,8 @@ def test_uvicorn_server_replays_and_degrades_socket_faults(
         ChaosServer(server="uvicorn") as server,
         openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=5) as client,
     ):
+        # Provider requests take the builtin server's hot path in front of the app.
+        assert isinstance(server._uvicorn.config.app, DirectFront)
         completion = client.chat.completions.create(
             **request_body("simple-chat/0001", stream=False)
         )

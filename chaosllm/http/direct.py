@@ -25,8 +25,9 @@ from chaosllm.http.state import ChaosState
 from chaosllm.model import ResponsePlan
 from chaosllm.providers import provider_for_path
 from chaosllm.providers.base import ErrorKind
+from chaosllm.wire.asgi import ASGIApp, Message, Receive, Scope, Send, send_plan
 
-__all__ = ["SESSION_HEADER_BYTES", "DirectHandler"]
+__all__ = ["SESSION_HEADER_BYTES", "DirectFront", "DirectHandler"]
 
 SESSION_HEADER_BYTES = b"x-chaosllm-session"
 MOCK_LLM_PREFIX = b"x-mock-llm-"
@@ -88,3 +89,73 @@ class DirectHandler:
             return plan.with_(close_after=True), PlanReport()
         assert isinstance(decision, Reply)  # in replay mode the engine always replies
         return decision.plan, decision.entry.report
+
+
+class DirectFront:
+    """The ASGI app with the builtin server's hot path in front of it, for another ASGI
+    server (``--server uvicorn``): a provider POST in replay mode whose body has a
+    Content-Length within the body limit is read and answered through `DirectHandler`
+    and `send_plan`, without Starlette's routing, `Request` or middleware (the bytes and
+    the journal are the app's: the engine call is the same); anything else -- another
+    mode, path or method, a chunked or oversized body (the app's `BodyLimit` refuses it
+    as always) -- goes to the app as it came."""
+
+    __slots__ = ("app", "direct", "max_body_bytes")
+
+    def __init__(self, app: ASGIApp, state: ChaosState, max_body_bytes: int) -> None:
+        self.app = app
+        self.direct = DirectHandler(state)
+        self.max_body_bytes = max_body_bytes
+
+    def _takes(self, scope: Scope) -> bool:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or self.direct.state.config.mode is not Mode.REPLAY
+            or provider_for_path(scope["path"]) is None
+        ):
+            return False
+        length = -1
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if length >= 0 or not value.strip().isdigit():
+                    return False  # the app says what is wrong with it
+                length = int(value)
+            elif name == b"transfer-encoding":
+                return False
+        return 0 <= length <= self.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._takes(scope):
+            await self.app(scope, receive, send)
+            return
+        parts: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before its body
+                return
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        result = self.direct(
+            "POST", scope["path"], scope.get("query_string", b""), scope["headers"], body
+        )
+        if result is None:  # pragma: no cover - _takes asked what the handler asks
+            await self.app(scope, _replaying(body, receive), send)
+            return
+        await send_plan(scope, receive, send, *result)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives `body` (already read) first, then what `receive` gives."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

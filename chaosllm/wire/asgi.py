@@ -144,7 +144,24 @@ def _degradation(plan: ResponsePlan) -> tuple[str, str] | None:
     return None
 
 
+_HEADS: dict[int, tuple[ResponsePlan, list[tuple[bytes, bytes]]]] = {}
+"""The ASGI headers of recent plans (a replay repeated sends the same plan object), by
+plan; bounded to `_MAX_HEADS`, oldest first out."""
+_MAX_HEADS = 1024
+
+
 def _head_headers(plan: ResponsePlan) -> list[tuple[bytes, bytes]]:
+    kept = _HEADS.get(id(plan))
+    if kept is not None and kept[0] is plan:
+        return list(kept[1])
+    headers = _built_head_headers(plan)
+    if len(_HEADS) >= _MAX_HEADS:
+        _HEADS.pop(next(iter(_HEADS)), None)
+    _HEADS[id(plan)] = (plan, headers)
+    return list(headers)
+
+
+def _built_head_headers(plan: ResponsePlan) -> list[tuple[bytes, bytes]]:
     headers = [
         (name.lower().encode("latin-1"), value.encode("latin-1"))
         for name, value in plan.headers
@@ -205,6 +222,20 @@ async def _run_degraded_steps(
     )
     report.head_sent = True
     complete = plan.ending is Ending.COMPLETE
+    pieces = plan.pieces
+    if (
+        complete
+        and plan.framing is Framing.LENGTH
+        and len(pieces) > 1
+        and not any(piece.delay_ms > 0 for piece in pieces)
+    ):
+        # A body of known length, all of it at once: one message (the same bytes).
+        state.finishing = True
+        body = b"".join([piece.data for piece in pieces])
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        report.bytes_sent += len(body)
+        report.frames_sent += sum(1 for piece in pieces if piece.frame)
+        return None
     last = len(plan.pieces) - 1
     for index, piece in enumerate(plan.pieces):
         if piece.delay_ms > 0:
