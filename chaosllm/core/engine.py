@@ -582,17 +582,15 @@ class Engine:
 
     # -- the quiet lane -----------------------------------------------------------------
 
-    def _quiet(self, info: Callable[[], RequestInfo]) -> bool:
-        """Whether nothing but the recording decides an anonymous replay's answer: no fault
-        armed that matches the request (`info`, asked only when faults are armed:
-        `FaultBoard.quiet_for`), no live rate limit, no pace, no re-ask waiting, no live
-        workspace."""
+    def _quiet(self) -> bool:
+        """Whether nothing but the recording and the armed faults decides an anonymous
+        replay's answer: no live rate limit, no pace, no re-ask waiting, no live workspace.
+        (Whether a fault may fire on it: `FaultBoard.quiet_for`.)"""
         return (
             self.limiter is None
             and self.config.pace is None
             and not self._reasks
             and self.matcher.workspace is None
-            and (not len(self.board) or self.board.quiet_for(info()))
         )
 
     def _open_lane(
@@ -616,7 +614,8 @@ class Engine:
             or exchange is not match.exchange
             or request.fields.get("findings")
             or mock_llm.MARKER in call.body
-            or not self._quiet(lambda: request.info(exchange.response.body))
+            or not self._quiet()
+            or (len(self.board) and not self.board.quiet_for(request.info(exchange.response.body)))
         ):
             return
         prepared = request.prepared
@@ -632,11 +631,12 @@ class Engine:
         """The kept answer to a quiet anonymous replay repeated (see `_open_lane`), when the
         server is still quiet for it and the matcher still picks the same recording (else
         None: the request takes the whole way)."""
+        if call.headers or not self._quiet():
+            return None
         prepared = lane.prepared
-
-        def info() -> RequestInfo:
+        if len(self.board):
             model = prepared.model
-            return RequestInfo(
+            info = RequestInfo(
                 path=call.path,
                 model=model if isinstance(model, str) else None,
                 session=None,
@@ -646,9 +646,8 @@ class Engine:
                 body=prepared.body,
                 answer=lane.exchange.response.body,
             )
-
-        if call.headers or not self._quiet(info):
-            return None
+            if not self.board.quiet_for(info):
+                return None
         provider = call.provider
         if mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name) is not lane.cors:
             return None
