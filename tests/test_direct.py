@@ -94,14 +94,19 @@ def test_everything_else_goes_through_the_app(method: str, path: str) -> None:
     assert app_state.journal.entries() == []
 
 
-def test_the_proxy_modes_go_through_the_app(tmp_path: Path) -> None:
+def proxying_state(record_dir: Path) -> ChaosState:
+    """A server in record-missing mode (its upstream never reached by these tests)."""
     config = ServerConfig(
         recordings=[RECORDINGS],
         mode=Mode.RECORD_MISSING,
         upstream="http://127.0.0.1:9",
-        record_dir=tmp_path,
+        record_dir=record_dir,
     )
-    app_state = ChaosState.from_config(config)
+    return ChaosState.from_config(config)
+
+
+def test_the_proxy_modes_go_through_the_app(tmp_path: Path) -> None:
+    app_state = proxying_state(tmp_path)
     raw = json.dumps(recording("knowledge/0004")["request"]["body"]).encode()
     assert DirectHandler(app_state)("POST", "/v1/chat/completions", b"", [], raw) is None
     assert app_state.journal.entries() == []
@@ -176,13 +181,7 @@ async def test_the_front_leaves_everything_else_to_the_app(
 
 
 async def test_the_front_leaves_the_proxy_modes_to_the_app(tmp_path: Path) -> None:
-    config = ServerConfig(
-        recordings=[RECORDINGS],
-        mode=Mode.RECORD_MISSING,
-        upstream="http://127.0.0.1:9",
-        record_dir=tmp_path,
-    )
-    front_state = ChaosState.from_config(config)
+    front_state = proxying_state(tmp_path)
     inner = Counting(front_state)
     raw = json.dumps(recording("knowledge/0004")["request"]["body"]).encode()
     await front_answer(
