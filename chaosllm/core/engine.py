@@ -528,7 +528,7 @@ class Engine:
                 return self._rate_limited(request.call, request.journal_fields(), limited)
         # Only when an armed fault matches the request is the board asked to fire one (and
         # the answer with fresh ids worked out for it to transform).
-        faultable = faults and bool(self.board) and not self.board.quiet_for(request.info(answer))
+        faultable = faults and bool(self.board) and self.board.may_fire(request.info(answer))
         # Fresh ids only within a session: anonymous requests always get the recording.
         pieces = None
         if match is not None and match.serves and request.call.session is not None:
@@ -585,7 +585,7 @@ class Engine:
     def _quiet(self) -> bool:
         """Whether nothing but the recording and the armed faults decides an anonymous
         replay's answer: no live rate limit, no pace, no re-ask waiting, no live workspace.
-        (Whether a fault may fire on it: `FaultBoard.quiet_for`.)"""
+        (Whether a fault may fire on it: `FaultBoard.may_fire`.)"""
         return (
             self.limiter is None
             and self.config.pace is None
@@ -615,7 +615,7 @@ class Engine:
             or request.fields.get("findings")
             or mock_llm.MARKER in call.body
             or not self._quiet()
-            or (len(self.board) and not self.board.quiet_for(request.info(exchange.response.body)))
+            or (len(self.board) and self.board.may_fire(request.info(exchange.response.body)))
         ):
             return
         prepared = request.prepared
@@ -646,7 +646,7 @@ class Engine:
                 body=prepared.body,
                 answer=lane.exchange.response.body,
             )
-            if not self.board.quiet_for(info):
+            if self.board.may_fire(info):
                 return None
         provider = call.provider
         if mock_llm.hash_keyed_mode(self.store.alias_keyings, provider.name) is not lane.cors:

@@ -449,30 +449,17 @@ class FaultBoard:
     def may_fire(self, request: RequestInfo) -> bool:
         """Whether an armed fault matches the request (before its probability draw and
         whether it applies to the answer): a proxy then reads the answer whole, so that
-        the fault can transform it."""
+        the fault can transform it. When none does, `take` would fire none and count none:
+        a request answered without asking it leaves the board as asking would."""
         if not self._armed:
             return False
         with self._lock:
             self._expire()
-            facts = _Facts(request)
-            return any(
-                fault.matches(request, facts, maybe=True) for fault in self._candidates(request)
-            )
-
-    def quiet_for(self, request: RequestInfo) -> bool:
-        """Whether no armed fault matches `request` (not even one waiting for an answer
-        still unknown): `take` would fire none and change no fault's count, so a request
-        answered without asking it leaves the board as asking would. Expired faults are
-        disarmed first, as `take` does."""
-        if not self._armed:
-            return True
-        with self._lock:
-            self._expire()
             candidates = self._candidates(request)
             if not candidates:  # armed for other sessions and models only
-                return True
+                return False
             facts = _Facts(request)
-            return not any(fault.matches(request, facts, maybe=True) for fault in candidates)
+            return any(fault.matches(request, facts, maybe=True) for fault in candidates)
 
     def take(
         self,
