@@ -24,8 +24,8 @@ from chaosllm.http.guards import internal_error
 from chaosllm.http.state import ChaosState
 from chaosllm.model import ResponsePlan
 from chaosllm.providers import provider_for_path
-from chaosllm.providers.base import ErrorKind
-from chaosllm.wire.asgi import ASGIApp, Message, Receive, Scope, Send, send_plan
+from chaosllm.providers.base import ErrorKind, Provider
+from chaosllm.wire.asgi import ASGIApp, Receive, Scope, Send, send_plan
 
 __all__ = ["SESSION_HEADER_BYTES", "DirectFront", "DirectHandler"]
 
@@ -42,6 +42,13 @@ class DirectHandler:
     def __init__(self, state: ChaosState) -> None:
         self.state = state
 
+    def provider_for(self, method: str, path: str) -> Provider | None:
+        """The provider whose request ``method path`` is, when this path answers it (a
+        provider POST in replay mode); None: the app's."""
+        if method != "POST" or self.state.config.mode is not Mode.REPLAY:
+            return None
+        return provider_for_path(path)
+
     def __call__(
         self,
         method: str,
@@ -50,12 +57,22 @@ class DirectHandler:
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
     ) -> tuple[ResponsePlan, PlanReport] | None:
-        if method != "POST":
+        provider = self.provider_for(method, path)
+        if provider is None:
             return None
-        provider = provider_for_path(path)
+        return self.answer(provider, method, path, query, headers, body)
+
+    def answer(
+        self,
+        provider: Provider,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> tuple[ResponsePlan, PlanReport]:
+        """The plan for a request `provider_for` gave `provider` for, and its report."""
         state = self.state
-        if provider is None or state.config.mode is not Mode.REPLAY:
-            return None
         session = None
         mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
         keyed = state.limiter is not None  # the live rate limit's caller: the API key
@@ -107,26 +124,27 @@ class DirectFront:
         self.direct = DirectHandler(state)
         self.max_body_bytes = max_body_bytes
 
-    def _takes(self, scope: Scope) -> bool:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or self.direct.state.config.mode is not Mode.REPLAY
-            or provider_for_path(scope["path"]) is None
-        ):
-            return False
+    def _takes(self, scope: Scope) -> Provider | None:
+        """The provider that answers the request here (`DirectHandler.provider_for`, with
+        a body of a Content-Length within the limit); None: the app's."""
+        if scope["type"] != "http":
+            return None
+        provider = self.direct.provider_for(scope["method"], scope["path"])
+        if provider is None:
+            return None
         length = -1
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if length >= 0 or not value.strip().isdigit():
-                    return False  # the app says what is wrong with it
+                    return None  # the app says what is wrong with it
                 length = int(value)
             elif name == b"transfer-encoding":
-                return False
-        return 0 <= length <= self.max_body_bytes
+                return None
+        return provider if 0 <= length <= self.max_body_bytes else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._takes(scope):
+        provider = self._takes(scope)
+        if provider is None:
             await self.app(scope, receive, send)
             return
         parts: list[bytes] = []
@@ -137,25 +155,12 @@ class DirectFront:
             parts.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        body = b"".join(parts)
-        result = self.direct(
-            "POST", scope["path"], scope.get("query_string", b""), scope["headers"], body
+        plan, report = self.direct.answer(
+            provider,
+            "POST",
+            scope["path"],
+            scope.get("query_string", b""),
+            scope["headers"],
+            b"".join(parts),
         )
-        if result is None:  # pragma: no cover - _takes asked what the handler asks
-            await self.app(scope, _replaying(body, receive), send)
-            return
-        await send_plan(scope, receive, send, *result)
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives `body` (already read) first, then what `receive` gives."""
-    given = False
-
-    async def replay() -> Message:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
+        await send_plan(scope, receive, send, plan, report)
