@@ -432,9 +432,7 @@ class NearestIndex:
             return set()
         if levels > 255 or want > _TIED_LIMIT:
             if keys is not None:
-                inside = list(
-                    compress(counts, map(keys.__contains__, map(self._keys.__getitem__, counts)))
-                )
+                inside = self._inside(counts, keys)
                 counts = dict(zip(inside, map(counts.__getitem__, inside), strict=True))
             return self._top_of(counts, want, ntokens)
         if keys is None:
