@@ -236,8 +236,8 @@ async def _run_degraded_steps(
         report.bytes_sent += len(body)
         report.frames_sent += sum(1 for piece in pieces if piece.frame)
         return None
-    last = len(plan.pieces) - 1
-    for index, piece in enumerate(plan.pieces):
+    last = len(pieces) - 1
+    for index, piece in enumerate(pieces):
         if piece.delay_ms > 0:
             await anyio.sleep(piece.delay_ms / 1000)
         more = not (complete and index == last)
@@ -247,7 +247,7 @@ async def _run_degraded_steps(
         if piece.frame:
             report.frames_sent += 1
     if complete:
-        if not plan.pieces:
+        if not pieces:
             state.finishing = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         return None
