@@ -448,6 +448,18 @@ def throughput(
     return cells
 
 
+def _aimock(results: Results, figure: str, key: str) -> aimock.Aimock | None:
+    """aimock ready to run, or None with why not said and recorded as `figure` (and
+    under `key` in the results' data)."""
+    found = aimock.install_aimock()
+    if isinstance(found, str):
+        say(f"  aimock skipped: {found}")
+        results.add(figure, None, "", note=f"skipped: {found}")
+        results.data[key] = {"skipped": found}
+        return None
+    return found
+
+
 def versus_aimock(
     results: Results,
     payloads: workloads.Payloads,
@@ -457,11 +469,8 @@ def versus_aimock(
 ) -> None:
     """Section 3: aimock serving the same answers; chaosllm's default server (and its
     fastest) against it."""
-    found = aimock.install_aimock()
-    if isinstance(found, str):
-        say(f"  aimock skipped: {found}")
-        results.add("aimock comparison", None, "", note=f"skipped: {found}")
-        results.data["aimock"] = {"skipped": found}
+    found = _aimock(results, "aimock comparison", "aimock")
+    if found is None:
         return
     chunk = aimock.chunk_size_for(workloads.STREAM_ANSWER, workloads.SSE_FRAMES - 3)
     fixtures = aimock.write_fixtures(
@@ -957,11 +966,8 @@ def concurrency_versus_aimock(
     its data chunks 50 ms apart, told in its two ways (``--latency 50``; a fixture's
     ``recordedTimings``). aimock writes ``[DONE]`` right after the finish chunk and has no
     setting to delay it, so both servers' figures here are over the gaps before it."""
-    found = aimock.install_aimock()
-    if isinstance(found, str):
-        say(f"  aimock skipped: {found}")
-        results.add("aimock at 50 ms per chunk", None, "", note=f"skipped: {found}")
-        results.data["recorded_timing_aimock"] = {"skipped": found}
+    found = _aimock(results, "aimock at 50 ms per chunk", "recorded_timing_aimock")
+    if found is None:
         return
     gap = concurrency.GAP_MS
     variants = {
