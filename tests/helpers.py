@@ -39,6 +39,18 @@ FAILURE_CLASSES = (
 )
 """The fault types of the named failure classes (SPEC §5), in the spec's order."""
 
+QUIRKS = (
+    "keepalive_comments",
+    "crlf_frames",
+    "data_no_space",
+    "split_utf8",
+    "restated_tool_args",
+    "filter_frames",
+    "usage_only_frame",
+    "pace",
+)
+"""The wire quirks and the pace, in the catalogue's order (after the failure classes)."""
+
 CLOCK_SLACK = 0.02
 """Lower bounds on elapsed time allow this much: asyncio fires a timer up to one clock
 resolution early, and a test measured a 200 ms stall as 0.197 s."""

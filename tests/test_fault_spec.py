@@ -8,7 +8,7 @@ import pytest
 
 from chaosllm.errors import InvalidFaultSpec
 from chaosllm.faults import FAULT_TYPES, parse_fault_spec, parse_fault_specs
-from tests.helpers import FAILURE_CLASSES
+from tests.helpers import FAILURE_CLASSES, QUIRKS
 
 SPEC_NAMES = [
     "empty_response",
@@ -26,14 +26,7 @@ SPEC_NAMES = [
     "stall",
     "garbage",
     *FAILURE_CLASSES,
-    "keepalive_comments",
-    "crlf_frames",
-    "data_no_space",
-    "split_utf8",
-    "restated_tool_args",
-    "filter_frames",
-    "usage_only_frame",
-    "pace",
+    *QUIRKS,
 ]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaosllm.testing.probe import BaselineFailed, Verdict, probe
-from tests.helpers import EXAMPLES
+from tests.helpers import EXAMPLES, QUIRKS
 
 pytestmark = pytest.mark.slow
 
@@ -50,16 +50,6 @@ NAIVE = {
     "usage_only_frame": {"json": "not fired", "stream": "recovered"},
     "pace": {"json": "recovered", "stream": "recovered"},
 }
-QUIRKS = (
-    "keepalive_comments",
-    "crlf_frames",
-    "data_no_space",
-    "split_utf8",
-    "restated_tool_args",
-    "filter_frames",
-    "usage_only_frame",
-    "pace",
-)
 RESILIENT = {name: {"json": "recovered", "stream": "recovered"} for name in NAIVE}
 for _name in QUIRKS:
     RESILIENT[_name] = dict(NAIVE[_name])
