@@ -528,7 +528,8 @@ class Engine:
                 return self._rate_limited(request.call, request.journal_fields(), limited)
         # Only when an armed fault matches the request is the board asked to fire one (and
         # the answer with fresh ids worked out for it to transform).
-        faultable = faults and bool(self.board) and self.board.may_fire(request.info(answer))
+        may_fire = bool(self.board) and self.board.may_fire(request.info(answer))
+        faultable = faults and may_fire
         # Fresh ids only within a session: anonymous requests always get the recording.
         pieces = None
         if match is not None and match.serves and request.call.session is not None:
@@ -571,7 +572,7 @@ class Engine:
         if match is not None:
             self._remember_reask(request.call.session, exchange, match, fired, entry.seq)
             if fired is None and pieces is None and limited is None:
-                self._open_lane(request, exchange, match, plan, entry)
+                self._open_lane(request, exchange, match, plan, entry, may_fire)
         return Reply(
             plan,
             entry,
@@ -600,10 +601,12 @@ class Engine:
         match: Match,
         plan: ResponsePlan,
         entry: JournalEntry,
+        may_fire: bool,
     ) -> None:
         """After an anonymous exact replay that nothing else shaped (no fault, finding,
-        template, fresh ids, mock-LLM directive or delay): keep its plan and journal record,
-        so that the same request repeated while the server is quiet is answered with them
+        template, fresh ids, mock-LLM directive or delay) and that no armed fault matches
+        (`may_fire`, as `_serve` asked the board): keep its plan and journal record, so
+        that the same request repeated while the server is quiet is answered with them
         (`_lane_reply`), the matcher still choosing (and advancing) the recording."""
         call = request.call
         if (
@@ -615,7 +618,7 @@ class Engine:
             or request.fields.get("findings")
             or mock_llm.MARKER in call.body
             or not self._quiet()
-            or (len(self.board) and self.board.may_fire(request.info(exchange.response.body)))
+            or may_fire
         ):
             return
         prepared = request.prepared
