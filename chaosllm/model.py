@@ -44,6 +44,7 @@ __all__ = [
     "RecordedRequest",
     "RecordedResponse",
     "ResponsePlan",
+    "StateVersion",
 ]
 
 JSON = Any
@@ -172,3 +173,21 @@ class ResponsePlan:
 
     def with_(self, **changes: Any) -> ResponsePlan:
         return replace(self, **changes)
+
+
+class StateVersion:
+    """A counter that every change of a server's state bumps (faults armed, fired or
+    cleared, the rate limit, the workspace, the scenario, recordings reloaded or learned,
+    a reset): what the engine's memo (`chaosllm.core.memo`) holds an answer valid for.
+    Shared by the engine, its fault board and its matcher."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1
+
+    def __repr__(self) -> str:
+        return f"StateVersion({self.value})"

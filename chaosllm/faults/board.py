@@ -55,7 +55,7 @@ from typing import Any
 
 from chaosllm.errors import ConfigError
 from chaosllm.faults.spec import FaultSpec
-from chaosllm.model import JSON
+from chaosllm.model import JSON, StateVersion
 from chaosllm.providers.base import Provider
 
 __all__ = [
@@ -263,6 +263,9 @@ class FaultBoard:
     models cost it nothing. A bucket is dropped when its last fault goes."""
     _expiring: int = field(default=0, init=False)
     """How many armed faults have a ``ttl_ms`` (none: nothing to expire)."""
+    version: StateVersion = field(default_factory=StateVersion)
+    """Bumped by every change of the armed faults (armed, fired, disarmed, expired, reset):
+    the engine's memo keeps no answer across one."""
 
     def __post_init__(self) -> None:
         if isinstance(self.history_size, bool) or not (
@@ -289,6 +292,7 @@ class FaultBoard:
 
     def _gone(self, fault: ArmedFault) -> None:
         """Bookkeeping for a fault that left `_armed` (under the lock)."""
+        self.version.bump()
         if fault.expires is not None:
             self._expiring -= 1
         session = fault.spec.match.session
@@ -389,6 +393,7 @@ class FaultBoard:
             self._armed.extend(armed)
             for fault in armed:
                 self._buckets.setdefault(self._key(fault), []).append(fault)
+            self.version.bump()
             return armed
 
     def disarm(self, fault_id: str | None = None) -> int:
@@ -401,6 +406,7 @@ class FaultBoard:
                 self._buckets.clear()
                 self._live.clear()
                 self._expiring = 0
+                self.version.bump()
                 return count
             gone = [f for f in self._armed if f.id == fault_id]
             if not gone:
@@ -422,6 +428,7 @@ class FaultBoard:
             self._ranks.clear()
             self._live.clear()
             self._expiring = 0
+            self.version.bump()
 
     def armed(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -494,6 +501,7 @@ class FaultBoard:
                         continue
                 fault.remaining -= 1
                 fault.fired += 1
+                self.version.bump()
                 if fault.remaining <= 0:
                     self._remove(fault)
                 fired = Fired(

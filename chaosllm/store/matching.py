@@ -68,7 +68,7 @@ from pathlib import Path
 
 from chaosllm.config import DEFAULT_ORDER, Strategy, session_scenario
 from chaosllm.errors import ConfigError, NoMatch, UnknownScenario
-from chaosllm.model import JSON, Exchange, Keying
+from chaosllm.model import JSON, Exchange, Keying, StateVersion
 from chaosllm.providers import PROVIDERS, Provider
 from chaosllm.store.diff import json_differences
 from chaosllm.store.formats import ALIAS_DIGESTS
@@ -101,6 +101,10 @@ class Match:
     """How often the exchange was served (consumed) to this session before."""
     skips: tuple[str, ...] = ()
     """Trace steps passed over for good by this match (consumed with it)."""
+    stable: bool = False
+    """Whether the same request matches the same way however often it is consumed (an
+    exact match of the only recording with its digest): until the state version changes
+    (`chaosllm.model.StateVersion`), the engine may keep its answer."""
 
 
 @dataclass
@@ -122,6 +126,7 @@ class Matcher:
         candidates: int = 3,
         max_sessions: int = 10_000,
         scenario_from_session: bool = False,
+        version: StateVersion | None = None,
     ) -> None:
         if not 0.0 <= nearest_threshold <= 1.0:
             raise ValueError("nearest_threshold must be within [0, 1]")
@@ -148,6 +153,8 @@ class Matcher:
         self._served: set[str] = set()
         self.workspace: str | None = None
         """The live workspace path (`set_workspace`)."""
+        self.version = version if version is not None else StateVersion()
+        """Bumped by every change of what a request matches (the engine's memo reads it)."""
 
     # -- state ------------------------------------------------------------------
 
@@ -201,6 +208,7 @@ class Matcher:
             state.scenario = scenario
             state.used.clear()
             state.cursors.clear()
+            self.version.bump()
 
     def active_scenario(self, session: str | None = None) -> str | None:
         with self._lock:
@@ -213,12 +221,14 @@ class Matcher:
             self._sessions.clear()
             self._served.clear()
             self._forgotten = 0
+            self.version.bump()
 
     def set_workspace(self, path: str | None) -> None:
         """The live workspace path that ``<WORKSPACE>`` in recordings stands for (None:
         no templating)."""
         with self._lock:
             self.workspace = path or None
+            self.version.bump()
 
     def unused(self) -> list[Exchange]:
         """The exchanges not served to any request since the last reset (or reload)."""
@@ -234,6 +244,7 @@ class Matcher:
             self._index = None
             if self._default_scenario not in self.store.by_scenario:
                 self._default_scenario = None
+            self.version.bump()
 
     def add(self, exchange: Exchange) -> None:
         """Add a new recording to the store and the indexes: later requests match it."""
@@ -245,6 +256,7 @@ class Matcher:
                 self._index.add(key, normalize_text(provider.match_text(exchange.request.body)))
                 keys = self._keys_by_provider.get(exchange.provider, frozenset())
                 self._keys_by_provider[exchange.provider] = keys | {key}
+            self.version.bump()
 
     # -- matching ---------------------------------------------------------------
 
@@ -294,7 +306,7 @@ class Matcher:
         self._served.add(name)
         state.used.update(match.skips)
         self._served.update(match.skips)
-        state.served[name] = match.serves + 1
+        state.served[name] = state.served.get(name, 0) + 1
         if match.strategy is Strategy.EXACT:
             key = match.cursor if match.cursor is not None else _cursor_key(match.exchange)
             state.cursors[key] = state.cursors.get(key, 0) + 1
@@ -356,6 +368,9 @@ class Matcher:
                 candidates = self._alias_candidates(provider, body)
             if not candidates:
                 return None
+            # Asked first, the only recording with the digest is the match whatever was
+            # consumed before.
+            stable = len(candidates) == 1 and self.order[0] is Strategy.EXACT
             if state.scenario is not None:
                 in_scenario = [e for e in candidates if e.scenario == state.scenario]
                 candidates = in_scenario or candidates
@@ -369,7 +384,7 @@ class Matcher:
                     key = (*key, "stream" if stream else "json")
             exchange = candidates[min(state.cursors.get(key, 0), len(candidates) - 1)]
             served = state.served.get(exchange.name, 0) if state.served else 0
-            return Match(exchange, Strategy.EXACT, 1.0, None, key, served)
+            return Match(exchange, Strategy.EXACT, 1.0, None, key, served, stable=stable)
         if strategy is Strategy.SEQUENCE:
             if state.scenario is None:
                 state.scenario = self._trace_for(provider, body)
