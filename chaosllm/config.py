@@ -328,6 +328,8 @@ class ServerConfig:
     it replays from there when that scenario is loaded (``--scenario-from-session``)."""
     rate_limit: RateLimit | None = None
     """Live rate limits (``--rate-limit rpm=N,tpm=M``); None: off."""
+    memo_bytes: int = 32 << 20
+    """What the engine's memo of worked-out answers may hold (``--memo-bytes``; 0: none)."""
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

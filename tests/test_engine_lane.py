@@ -1,8 +1,8 @@
-"""The engine's quiet lane: an anonymous exact replay repeated while nothing else shapes
-its answer is answered with the plan and journal record worked out the first time. Each
-test checks that the lane gives what the whole way gives, and that anything that would
-change the answer (a fault, a rate limit, a pace, another recording's turn, a session, a
-reload) still takes effect at once."""
+"""The engine's memo: an anonymous exact replay repeated while nothing else shapes its
+answer is answered with the plan and journal record worked out the first time (a memo
+lookup). Each test checks that the memo gives what the whole way gives, and that anything
+that would change the answer (a fault, a rate limit, a pace, another recording's turn, a
+session, a reload, another store) still takes effect at once."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_a_repeated_replay_is_the_same_bytes_and_journaled_each_time() -> None:
     pair = EnginePair.of()
     first = pair.send(_body())
     repeats = [pair.send(_body()) for _ in range(3)]
-    assert pair.engine._lanes  # the repeats took the lane
+    assert pair.engine.memo.hits == 3  # each repeat was a lookup
     for again in repeats:
         assert again.status == 200 and again.body == first.body
         assert again.headers == first.headers
@@ -60,7 +60,7 @@ def test_a_repeated_replay_is_the_same_bytes_and_journaled_each_time() -> None:
     assert pair.journal()[-1]["monotonic"] == times[-1] + 1.5  # stamped with the clock
 
 
-def test_a_fault_armed_after_the_lane_opened_fires_at_once() -> None:
+def test_a_fault_armed_after_the_memo_opened_fires_at_once() -> None:
     pair = EnginePair.of()
     pair.send(_body())
     pair.send(_body())
@@ -70,13 +70,13 @@ def test_a_fault_armed_after_the_lane_opened_fires_at_once() -> None:
     assert pair.send(_body()).status == 200  # one-shot: the next one is the recording
 
 
-def test_faults_armed_that_do_not_match_leave_the_lane_open_and_their_counts_alone() -> None:
+def test_faults_armed_that_do_not_match_leave_the_memo_open_and_their_counts_alone() -> None:
     """With faults armed for another session, another model and a ``contains`` the request
-    lacks, a repeated replay still takes the lane (the same bytes and journal as the whole
+    lacks, a repeated replay still takes the memo (the same bytes and journal as the whole
     way), no armed fault counts it, and one armed later that matches fires at once."""
     pair = EnginePair.of()
     whole_way = pair.send(_body())
-    pair.engine._lanes.clear()
+    pair.engine.memo.clear()
     armed = pair.arm(
         [
             {"type": "http_503", "match": {"session": "other"}},
@@ -86,8 +86,9 @@ def test_faults_armed_that_do_not_match_leave_the_lane_open_and_their_counts_alo
         ]
     )
     first = pair.send(_body())
-    assert pair.engine._lanes  # opened with the faults armed
+    hits = pair.engine.memo.hits
     repeats = [pair.send(_body()) for _ in range(3)]
+    assert pair.engine.memo.hits == hits + 3  # kept with the faults armed
     for answer in (first, *repeats):
         assert (answer.status, answer.body, answer.headers) == (
             whole_way.status,
@@ -106,7 +107,7 @@ def test_faults_armed_that_do_not_match_leave_the_lane_open_and_their_counts_alo
     assert pair.send(_body()).status == 200
 
 
-def test_a_fault_that_matches_but_is_not_due_keeps_the_lane_shut() -> None:
+def test_a_fault_that_matches_but_is_not_due_keeps_the_memo_shut() -> None:
     """A matching fault whose schedule has not come yet counts every request: they all take
     the whole way, and it fires on the one it was armed for."""
     pair = EnginePair.of()
@@ -166,8 +167,8 @@ def test_a_recording_deleted_is_a_miss_again(tmp_path: Path) -> None:
     assert pair.send(_body()).status == 404
 
 
-def test_a_store_swapped_under_the_lane_is_not_trusted(tmp_path: Path) -> None:
-    """Even without the engine's own reload (a store changed some other way), the lane
+def test_a_store_swapped_under_the_memo_is_not_trusted(tmp_path: Path) -> None:
+    """Even without the engine's own reload (a store changed some other way), the memo
     answers only when the matcher picks the recording it kept."""
     data = recording(NAME)
     write(tmp_path / "a" / "0001.json", _with_answer(data, "kept"))

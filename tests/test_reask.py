@@ -179,9 +179,10 @@ def test_waiting_reasks_are_bounded_by_max_sessions() -> None:
     pair.arm({"type": "error_in_200", "reask": True, "remaining": 3})
     for session in ("a", "b", "c"):
         pair.send(request_body(SHORT, stream=False), session=session)
-    assert pair.send(reask_of(SHORT), session="a").status == 404  # the oldest, forgotten
+    # One bound over every session's state, the least recently used forgotten first.
     assert pair.send(reask_of(SHORT), session="b").status == 200
     assert pair.send(reask_of(SHORT), session="c").status == 200
+    assert pair.send(reask_of(SHORT), session="a").status == 404  # the oldest, forgotten
 
 
 # -- through the openai SDK ---------------------------------------------------------------------

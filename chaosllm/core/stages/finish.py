@@ -1,0 +1,193 @@
+"""The last stage: the one place a journal record is written (and, for a proxied answer,
+amended), the recording consumed when the client gets it, the re-ask a fault armed with
+``reask`` waits for, and the answer kept in the memo when nothing but the request and the
+state version decided it (`again` answers the same call from it: a lookup)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chaosllm.core.call import Answer, Chosen, ProviderCall, Reply, Request
+from chaosllm.core.journal import JournalEntry, ending_of, head_status
+from chaosllm.core.oracle import Refusal
+from chaosllm.core.sessions import Reask
+from chaosllm.faults import Fired, RequestInfo
+from chaosllm.model import JSON, ResponsePlan
+from chaosllm.store.matching import Match
+
+if TYPE_CHECKING:
+    from chaosllm.core.engine import Engine
+
+__all__ = ["again", "alone", "amend", "limited", "missed", "pending", "refuse", "refused", "served"]
+
+KEPT_COST = 512
+"""What a kept answer holds besides its request's and its answer's bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A replayed answer worked out once: the plan, the journal record after its sequence
+    number and times (`JournalRecord[3:]`), the match to consume again, and what the
+    fault board matches the request by."""
+
+    plan: ResponsePlan
+    record: tuple[Any, ...]
+    match: Match
+    body: JSON
+    stream: bool
+    model: str | None
+    answer: JSON
+
+
+def _key(call: ProviderCall) -> tuple[Any, ...]:
+    return (
+        "reply",
+        call.provider.name,
+        call.path,
+        call.query,
+        call.body,
+        call.headers,
+        call.session,
+    )
+
+
+def _record(engine: Engine, fields: dict[str, Any]) -> JournalEntry:
+    """The one call that writes a new journal record."""
+    return engine.journal.add(**fields)
+
+
+def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) -> Reply:
+    """A body the provider refuses (before it is known as a request)."""
+    entry = _record(
+        engine,
+        {
+            "session": call.session,
+            "method": call.method,
+            "path": call.path,
+            "model": None,
+            "stream": False,
+            "digest": None,
+            "status": plan.status,
+            "ending": "complete",
+            "error": error,
+        },
+    )
+    return Reply(plan, entry)
+
+
+def _reply(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) -> Reply:
+    entry = _record(
+        engine,
+        {
+            **request.journal_fields(),
+            "status": head_status(plan),
+            "ending": ending_of(plan),
+            **fields,
+        },
+    )
+    return Reply(plan, entry)
+
+
+def refuse(engine: Engine, request: Request, refusal: Refusal) -> Reply:
+    """A check's refusal, in the provider's shape."""
+    plan = request.call.provider.render_error(
+        refusal.status, refusal.message, kind=refusal.kind, code=refusal.code, param=refusal.param
+    )
+    return _reply(
+        engine, request, plan.with_(headers=plan.headers + refusal.headers), error=refusal.error
+    )
+
+
+def missed(engine: Engine, request: Request, plan: ResponsePlan) -> Reply:
+    """The provider's 404 for a request no recording answers."""
+    return _reply(engine, request, plan, miss=True, error="no recording")
+
+
+def limited(engine: Engine, fields: dict[str, Any], plan: ResponsePlan) -> Reply:
+    """The live rate limit's 429 (`fields`: the request's, and the answer's facts)."""
+    entry = _record(
+        engine,
+        {
+            **fields,
+            "status": 429,
+            "ending": "complete",
+            "error": "rate limited",
+            "rate_limited": True,
+        },
+    )
+    return Reply(plan, entry)
+
+
+def alone(engine: Engine, request: Request, plan: ResponsePlan, fired: Fired) -> Reply:
+    """A proxied request answered by a fault without asking the upstream."""
+    reply = _reply(engine, request, plan)
+    fired.request_seq = reply.entry.seq
+    return Reply(reply.plan, reply.entry, fired=fired)
+
+
+def pending(engine: Engine, fields: dict[str, Any]) -> JournalEntry:
+    """A proxied request, its answer awaited (status 0)."""
+    return _record(engine, {**fields, "status": 0})
+
+
+def amend(engine: Engine, entry: JournalEntry, **changes: Any) -> None:
+    """What a proxied answer said (its status, a fault, how it ended), into its record."""
+    engine.journal.amend(entry, **changes)
+
+
+def served(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> Reply:
+    """A recording (or a canned answer) served: consumed when the client gets it,
+    journalled, the session's re-ask settled, and kept when nothing else decided it."""
+    match, fired, plan = chosen.match, answer.fired, answer.plan
+    session = request.call.session
+    consumed = match is not None and (fired is None or fired.spec.entry.delivers_answer)
+    if consumed:
+        assert match is not None
+        engine.matcher.consume(match, session)
+    entry = _record(
+        engine,
+        {**request.journal_fields(), "status": head_status(plan), "ending": ending_of(plan)},
+    )
+    if fired is not None:
+        fired.request_seq = entry.seq
+    if match is not None:
+        if fired is None or fired.spec.entry.delivers_answer or not fired.spec.reask:
+            engine.sessions.take_reask(session)  # the client got an answer: no re-ask
+        else:
+            reask = Reask(answer.exchange, match, fired.fault_id, entry.seq)
+            engine.sessions.wait_reask(session, reask)
+        if request.keep and fired is None and request.key is not None:
+            model = request.model if isinstance(request.model, str) else None
+            kept = Kept(
+                plan, entry.record[3:], match, request.body, request.stream, model, answer.answer
+            )
+            size = len(request.call.body) + plan.body_length + KEPT_COST
+            engine.memo.put(_key(request.call), kept, size, stateful=True)
+    recording = answer.exchange.name if match is not None else None
+    return Reply(plan, entry, recording=recording, consumed=consumed, fired=fired)
+
+
+def again(engine: Engine, call: ProviderCall, turn: int) -> Reply | None:
+    """The kept answer to `call`, when one is valid at the state version and no armed
+    fault matches it (else None: the call takes every stage)."""
+    kept: Kept | None = engine.memo.get(_key(call))
+    if kept is None:
+        return None
+    board = engine.board
+    if len(board):
+        info = RequestInfo(
+            path=call.path,
+            model=kept.model,
+            session=call.session,
+            stream=kept.stream,
+            turn=turn,
+            provider=call.provider,
+            body=kept.body,
+            answer=kept.answer,
+        )
+        if board.may_fire(info):
+            return None
+    engine.matcher.consume(kept.match, call.session)
+    entry = engine.journal.add_like(kept.record)
+    return Reply(kept.plan, entry, recording=kept.match.exchange.name, consumed=True)
