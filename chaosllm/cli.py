@@ -265,6 +265,14 @@ def _parser() -> argparse.ArgumentParser:
         "(default 10000)",
     )
     serve.add_argument(
+        "--memo-bytes",
+        type=int,
+        default=32 << 20,
+        metavar="N",
+        help="bytes the engine's memo of worked-out answers may hold; 0 keeps none "
+        "(default 33554432, 32 MiB)",
+    )
+    serve.add_argument(
         "--profile",
         metavar="NAME|FILE",
         help="arm a fault profile at start (shipped: " + ", ".join(list_profiles()) + ")",
@@ -602,6 +610,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_sessions < 1:
         print("chaosllm: --max-sessions must be at least 1", file=sys.stderr)
         return 2
+    if args.memo_bytes < 0:
+        print("chaosllm: --memo-bytes must be at least 0", file=sys.stderr)
+        return 2
     if not 0.0 <= args.nearest_threshold <= 1.0:
         print("chaosllm: --nearest-threshold must be within 0 and 1", file=sys.stderr)
         return 2
@@ -646,6 +657,7 @@ def _serve(args: argparse.Namespace) -> int:
         journal_size=args.journal_size,
         fault_history_size=args.fault_history_size,
         max_sessions=args.max_sessions,
+        memo_bytes=args.memo_bytes,
         strict=args.strict,
         rate_limit=rate_limit,
     )

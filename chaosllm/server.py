@@ -270,6 +270,7 @@ class ChaosServer:
         journal_size: int = 10_000,
         fault_history_size: int = 1000,
         max_sessions: int = 10_000,
+        memo_bytes: int = 32 << 20,
         profile: str | None = None,
         strict: bool = False,
         control_token: str | None = None,
@@ -292,6 +293,7 @@ class ChaosServer:
         (``--max-connections``: when full, the oldest idle one is closed for a new one).
         `timing` is ``"fast"``, ``"recorded"``, a scale of the recorded gaps, or a pace
         (``"ttft=600ms,tps=50,jitter=0.25"`` or a `Pace`, as ``--timing``).
+        `memo_bytes` bounds the engine's memo of worked-out answers (``--memo-bytes``).
         `rate_limit` sets live rate limits (``"rpm=60,tpm=40000"`` or ``{"rpm": 60}``, as
         ``--rate-limit``; `set_rate_limit` changes them); `clock` is the engine's time (a
         `chaosllm.core.clock.ManualClock` lets a test move it instead of sleeping)."""
@@ -337,6 +339,7 @@ class ChaosServer:
             journal_size=journal_size,
             fault_history_size=fault_history_size,
             max_sessions=max_sessions,
+            memo_bytes=memo_bytes,
             control_token=control_token,
             allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
             rate_limit=limit,

@@ -289,11 +289,18 @@ def test_chaos_server_passes_its_bounds_and_refuses_bad_ones() -> None:
         ChaosServer(fault_history_size=-1)
 
 
+def test_the_memo_is_bounded_as_asked() -> None:
+    server = ChaosServer(memo_bytes=1 << 20)
+    assert server.state.memo.max_bytes == 1 << 20
+    assert ChaosServer().state.memo.max_bytes == 32 << 20
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
         ("--fault-history-size", "-1", "--fault-history-size must be at least 0"),
         ("--max-sessions", "0", "--max-sessions must be at least 1"),
+        ("--memo-bytes", "-1", "--memo-bytes must be at least 0"),
     ],
 )
 def test_serve_refuses_bad_bounds(

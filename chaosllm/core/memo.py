@@ -77,16 +77,22 @@ class Memo:
     def get(self, key: Hashable) -> Any:
         """The value kept for `key` that is still valid (pure, or stored at the current
         version), else None."""
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            if item[0] != _PURE and item[0] != self.version.value:
-                self._drop(key)
-                return None
+        # Without the lock: a dict read is atomic, and an entry dropped meanwhile by
+        # another thread is only not made the most recently used.
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if item[0] != _PURE and item[0] != self.version.value:
+            with self._lock:
+                if self._items.get(key) is item:
+                    self._drop(key)
+            return None
+        try:
             self._items.move_to_end(key)
-            self.hits += 1
-            return item[1]
+        except KeyError:
+            pass
+        self.hits += 1
+        return item[1]
 
     def put(self, key: Hashable, value: Any, size: int, *, stateful: bool = False) -> None:
         """Keep `value` for `key` (`size`: the bytes it holds, its key's included); a

@@ -304,8 +304,9 @@ class Matcher:
         name = match.exchange.name
         state.used.add(name)
         self._served.add(name)
-        state.used.update(match.skips)
-        self._served.update(match.skips)
+        if match.skips:
+            state.used.update(match.skips)
+            self._served.update(match.skips)
         state.served[name] = state.served.get(name, 0) + 1
         if match.strategy is Strategy.EXACT:
             key = match.cursor if match.cursor is not None else _cursor_key(match.exchange)
