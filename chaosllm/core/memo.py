@@ -87,7 +87,7 @@ class Memo:
                 if self._items.get(key) is item:
                     self._drop(key)
             return None
-        try:
+        try:  # noqa: SIM105 (contextlib.suppress costs a context manager per hit)
             self._items.move_to_end(key)
         except KeyError:
             pass
