@@ -5,7 +5,7 @@ state version decided it (`again` answers the same call from it: a lookup)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from chaosllm.core.call import Answer, Chosen, ProviderCall, Reply, Request
@@ -13,7 +13,7 @@ from chaosllm.core.journal import JournalEntry, ending_of, head_status
 from chaosllm.core.oracle import Refusal
 from chaosllm.core.sessions import Reask
 from chaosllm.faults import Fired, RequestInfo
-from chaosllm.model import JSON, ResponsePlan
+from chaosllm.model import ResponsePlan
 from chaosllm.store.matching import Match
 
 if TYPE_CHECKING:
@@ -34,10 +34,8 @@ class Kept:
     plan: ResponsePlan
     record: tuple[Any, ...]
     match: Match
-    body: JSON
-    stream: bool
-    model: str | None
-    answer: JSON
+    info: RequestInfo
+    """What the board matches the request by (its ``turn`` is each request's own)."""
 
 
 def _key(call: ProviderCall) -> tuple[Any, ...]:
@@ -158,10 +156,7 @@ def served(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> 
             reask = Reask(answer.exchange, match, fired.fault_id, entry.seq)
             engine.sessions.wait_reask(session, reask)
         if request.keep and fired is None and request.key is not None:
-            model = request.model if isinstance(request.model, str) else None
-            kept = Kept(
-                plan, entry.record[3:], match, request.body, request.stream, model, answer.answer
-            )
+            kept = Kept(plan, entry.record[3:], match, request.info(answer.answer))
             size = len(request.call.body) + plan.body_length + KEPT_COST
             engine.memo.put(_key(request.call), kept, size, stateful=True)
     recording = answer.exchange.name if match is not None else None
@@ -175,19 +170,8 @@ def again(engine: Engine, call: ProviderCall, turn: int) -> Reply | None:
     if kept is None:
         return None
     board = engine.board
-    if len(board):
-        info = RequestInfo(
-            path=call.path,
-            model=kept.model,
-            session=call.session,
-            stream=kept.stream,
-            turn=turn,
-            provider=call.provider,
-            body=kept.body,
-            answer=kept.answer,
-        )
-        if board.may_fire(info):
-            return None
+    if len(board) and board.may_fire(replace(kept.info, turn=turn)):
+        return None
     engine.matcher.consume(kept.match, call.session)
     entry = engine.journal.add_like(kept.record)
     return Reply(kept.plan, entry, recording=kept.match.exchange.name, consumed=True)
