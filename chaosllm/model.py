@@ -116,6 +116,13 @@ class Exchange:
     `Keying.HASH_KEYED` the digest is the fixture's own; for `Keying.SEQUENCE` the
     request is a placeholder and the digest only names it."""
 
+    @property
+    def key(self) -> tuple[str | None, str, str]:
+        """The exchange's identity as a value (its file, its name, its digest): what a memo
+        of its renderings and reviews is keyed by. Two recordings directories may hold
+        the same scenario and file name; their files differ."""
+        return (self.source, self.name, self.digest)
+
 
 class Framing(enum.Enum):
     LENGTH = "length"

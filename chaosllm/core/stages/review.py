@@ -31,7 +31,7 @@ def review(engine: Engine, request: Request, chosen: Chosen) -> Chosen | Reply:
     workspace, strict = engine.matcher.workspace, engine.config.strict
     key = None
     if match.strategy is Strategy.EXACT and match.request is None and request.key is not None:
-        key = ("review", request.key, match.exchange.name, workspace, strict)
+        key = ("review", request.key, match.exchange.key, workspace, strict)
         kept: tuple[Review, int] | None = engine.memo.get(key)
         if kept is not None:
             checked, before = kept
