@@ -64,6 +64,7 @@ import anyio.to_thread
 from chaosllm.core.journal import JournalEntry, ending_of
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ChaosLLMError, NotRecordable, PlanAborted
+from chaosllm.faults.live import LiveChoice, LiveEnd, LiveFault
 from chaosllm.model import (
     JSON,
     Ending,
@@ -130,47 +131,11 @@ DEFAULT_TIMEOUTS = Timeouts(connect=10.0, read=600.0, write=60.0)
 FaultHook = Callable[[ResponsePlan, JSON], ResponsePlan]
 """Applies the fault that fires (if any) to the plan of an upstream answer."""
 Recorder = Callable[[Exchange], Exchange]
+"""Writes an exchange and adds it to the live store; the exchange as stored."""
 
 
 class Amend(Protocol):
     def __call__(self, **changes: Any) -> None: ...
-
-
-class LiveEnd(Protocol):
-    """How a live fault ends the client's answer (`chaosllm.faults.live.LiveEnd`)."""
-
-    @property
-    def pieces(self) -> tuple[Piece, ...]: ...
-    @property
-    def ending(self) -> Ending: ...
-    @property
-    def stall_ms(self) -> float: ...
-
-
-class LiveStep(Protocol):
-    @property
-    def write(self) -> tuple[Piece, ...]: ...
-    @property
-    def end(self) -> LiveEnd | None: ...
-
-
-class LiveFault(Protocol):
-    """A fault's streaming counterpart (`chaosllm.faults.live.LiveFault`)."""
-
-    def feed(self, frame: bytes) -> LiveStep: ...
-    def finish(self) -> LiveEnd: ...
-
-
-class LiveChoice(Protocol):
-    """What applies to a live stream (`chaosllm.faults.live.LiveChoice`)."""
-
-    @property
-    def fault(self) -> LiveFault | None: ...
-    @property
-    def buffered(self) -> FaultHook | None: ...
-
-
-"""Writes an exchange and adds it to the live store; the exchange as stored."""
 
 
 # -- the upstream --------------------------------------------------------------------
