@@ -18,11 +18,9 @@ them.
   with those options); which of these is the `Variant`. What a recording lacks
   that the real API always sends is filled in by `served_answer` (and named by
   `estimated`, for the journal);
-- the render cache: serialising the same answer on every request was the
-  largest cost of a replay, so each provider keeps its renderings in a
-  bounded `RenderCache`, per recorded response (by identity) and variant (an
-  exchange is immutable; an adapted exchange has a new response, hence
-  renderings of its own);
+- no cache: `render` is pure, and `render_key` names what of the request and
+  the timing a rendering depends on (the `Variant`), so that the engine's one
+  memo keeps renderings by value (the exchange, the key);
 - the error plan built from the provider's `error_body`, the model list, and
   which frames of a stream finish the answer (`finishing_events`);
 - fresh ids (`fresh_ids`): a real API mints new ids (`minted_prefixes`) in every
@@ -43,7 +41,6 @@ import enum
 import hashlib
 import json
 import re
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -71,7 +68,6 @@ __all__ = [
     "FailureReply",
     "FrameSplitting",
     "Provider",
-    "RenderCache",
     "canonical_json",
     "cut_json",
     "estimated_tokens",
@@ -311,9 +307,6 @@ def estimated_tokens(request: JSON) -> int:
     return max(1, -(-len(canonical_json(request)) // 4))
 
 
-RENDER_CACHE_RESPONSES: Final = 4096
-RENDER_CACHE_BYTES: Final = 64 * 1024 * 1024
-
 Variant = str | tuple[float, str]
 """Which rendering of a recorded response: ``"json"``, a stream rendered from the body
 (`Provider.stream_variant`'s key), or recorded frames at a timing for those options
@@ -321,64 +314,6 @@ Variant = str | tuple[float, str]
 JSON_VARIANT: Final = "json"
 SSE_VARIANT: Final[tuple[str, Mapping[str, Any]]] = ("sse", MappingProxyType({}))
 """A stream rendered from the body with no request options (`Provider.stream_variant`)."""
-
-
-class RenderCache:
-    """Plans rendered from recorded responses: per response (by identity) a plan per
-    `Variant`.
-
-    A slot keeps its response alive, so its id cannot be reused by another object
-    while the slot exists, and a lookup checks the identity anyway. Bounded by the
-    responses held and the bytes of their plans: the oldest go first. Lookups take no
-    lock (dict reads); inserts do, so that threads sharing a provider (several servers
-    in one process) never corrupt it."""
-
-    __slots__ = ("_bytes", "_lock", "max_bytes", "max_responses", "slots")
-
-    def __init__(
-        self, max_responses: int = RENDER_CACHE_RESPONSES, max_bytes: int = RENDER_CACHE_BYTES
-    ) -> None:
-        self.max_responses = max_responses
-        self.max_bytes = max_bytes
-        self.slots: dict[int, tuple[RecordedResponse, dict[Variant, ResponsePlan]]] = {}
-        """``id(response)`` -> (the response, its plans by variant)."""
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return sum(len(plans) for _, plans in list(self.slots.values()))
-
-    def get(self, response: RecordedResponse, variant: Variant) -> ResponsePlan | None:
-        slot = self.slots.get(id(response))
-        if slot is not None and slot[0] is response:
-            return slot[1].get(variant)
-        return None
-
-    def put(self, response: RecordedResponse, variant: Variant, plan: ResponsePlan) -> None:
-        size = plan.body_length
-        if size > self.max_bytes:
-            return
-        key = id(response)
-        with self._lock:
-            slot = self.slots.get(key)
-            if slot is None or slot[0] is not response:
-                self._drop(key)
-                slot = self.slots[key] = (response, {})
-            old = slot[1].get(variant)
-            self._bytes += size - (old.body_length if old is not None else 0)
-            slot[1][variant] = plan
-            while len(self.slots) > self.max_responses or self._bytes > self.max_bytes:
-                self._drop(next(iter(self.slots)))
-
-    def _drop(self, key: int) -> None:
-        slot = self.slots.pop(key, None)
-        if slot is not None:
-            self._bytes -= sum(plan.body_length for plan in slot[1].values())
-
-    def clear(self) -> None:
-        with self._lock:
-            self.slots.clear()
-            self._bytes = 0
 
 
 class Provider(abc.ABC):
@@ -402,15 +337,11 @@ class Provider(abc.ABC):
     `fresh_ids` replaces."""
 
     def __init__(self) -> None:
-        self.renders = RenderCache()
-        self._slots = self.renders.slots
         prefixes = b"|".join(re.escape(p.encode("ascii")) for p in self.minted_prefixes)
         self._minted_pattern = (
             re.compile(b'"((?:' + prefixes + b')[A-Za-z0-9_-]+)"') if prefixes else None
         )
         self._templates = tuple(_compile_template(t) for t in self.path_templates)
-        self._id_templates: dict[int, _IdTemplate] = {}
-        self._id_lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------
 
@@ -652,33 +583,35 @@ class Provider(abc.ABC):
         assert response.chunks is not None
         return response.chunks
 
-    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
-        """The plan answering request `body` with `exchange`; `timing` scales recorded gaps
-        (0 = as fast as possible, 1 = as recorded)."""
-        response = exchange.response
-        options = SSE_VARIANT[1]
-        variant: Variant
+    def render_key(self, exchange: Exchange, body: JSON, *, timing: float) -> Variant:
+        """What of request `body` and `timing` the rendering of `exchange` depends on (its
+        `Variant`): two calls with the same exchange and equal keys render equal plans, so
+        a memo of renderings may key on (the exchange, this)."""
+        return self._variant(exchange.response, body, timing)[0]
+
+    def _variant(
+        self, response: RecordedResponse, body: JSON, timing: float
+    ) -> tuple[Variant, Mapping[str, Any]]:
+        """The `Variant` answering `body` with `response`, and the options of its stream."""
         if (
             response.status >= 400
             or not self.wants_stream(body)
             or not self.is_answer(response.body)
         ):
             # A JSON answer (or a recorded error answer, whatever was asked).
-            variant = JSON_VARIANT
-        elif response.chunks is not None:
-            key, options = self.stream_variant(body)
-            variant = (float(timing), key)
-        else:
-            variant, options = self.stream_variant(body)
-        # RenderCache.get, inline: this is every replayed request's path.
-        slot = self._slots.get(id(response))
-        if slot is not None and slot[0] is response:
-            plan = slot[1].get(variant)
-            if plan is not None:
-                return plan
-        plan = self._render(response, variant, options, timing, exchange.request.body)
-        self.renders.put(response, variant, plan)
-        return plan
+            return JSON_VARIANT, SSE_VARIANT[1]
+        key, options = self.stream_variant(body)
+        if response.chunks is not None:
+            return (float(timing), key), options
+        return key, options
+
+    def render(self, exchange: Exchange, body: JSON, *, timing: float) -> ResponsePlan:
+        """The plan answering request `body` with `exchange`; `timing` scales recorded gaps
+        (0 = as fast as possible, 1 = as recorded). Pure and uncached: the engine memoises
+        renderings by `render_key`."""
+        response = exchange.response
+        variant, options = self._variant(response, body, timing)
+        return self._render(response, variant, options, timing, exchange.request.body)
 
     def _render(
         self,
@@ -920,8 +853,8 @@ class Provider(abc.ABC):
         `answer` replaced by a fresh one: the same prefix, length and alphabet, derived
         from `key` and the id (the same key gives the same ids), the same everywhere in
         the body or the frames; and the mapping of the recorded ids to the fresh ones
-        (empty: nothing to replace, the pieces are the plan's). Where the ids sit in a
-        plan is worked out once per plan."""
+        (empty: nothing to replace, the pieces are the plan's). Where the ids sit in the
+        plan is worked out on each call (no cache keyed by the plan)."""
         template = self._id_template(plan, answer)
         if not template.ids:
             return plan.pieces, {}
@@ -942,10 +875,6 @@ class Provider(abc.ABC):
         }
 
     def _id_template(self, plan: ResponsePlan, answer: JSON) -> _IdTemplate:
-        templates = self._id_templates
-        kept = templates.get(id(plan))
-        if kept is not None and kept.plan is plan:
-            return kept
         ids = self.minted_ids(answer) if self.minted_prefixes else []
         pieces: tuple[tuple[bytes | int, ...], ...] = ()
         if ids:
@@ -959,16 +888,7 @@ class Provider(abc.ABC):
                 )
                 for piece in plan.pieces
             )
-        template = _IdTemplate(
-            plan,
-            tuple(_IdSpec.of(old, self.minted_prefixes) for old in ids),
-            pieces,
-        )
-        with self._id_lock:
-            if len(templates) >= _ID_TEMPLATES:
-                templates.pop(next(iter(templates)), None)
-            templates[id(plan)] = template
-        return template
+        return _IdTemplate(tuple(_IdSpec.of(old, self.minted_prefixes) for old in ids), pieces)
 
     def recorded_ids(self, raw: bytes, minted: Mapping[str, str]) -> bytes:
         """A request body with the fresh ids of `minted` (fresh -> recorded) that it
@@ -990,7 +910,6 @@ class _IdTemplate:
     """Where the minted ids sit in a plan: each piece cut at them (an int is the index of
     an id in `ids`, bytes are kept as they are)."""
 
-    plan: ResponsePlan
     ids: tuple[_IdSpec, ...]
     pieces: tuple[tuple[bytes | int, ...], ...]
 
@@ -1035,7 +954,6 @@ class _IdSpec:
         return self.prefix + drawn
 
 
-_ID_TEMPLATES = 1024
 _ID_KEYS = frozenset({"id", "call_id"})
 _ID = re.compile(r"[A-Za-z]+[-_][A-Za-z0-9_-]+\Z")
 _ALPHABETS = (
