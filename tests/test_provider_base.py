@@ -73,15 +73,15 @@ def test_the_protocol_asking_on_a_shared_endpoint() -> None:
 
 
 def test_models_body_in_each_shape() -> None:
-    assert CHAT.models_body(["a", "b"]) == {
+    assert CHAT.codec.models_body(["a", "b"]) == {
         "object": "list",
         "data": [
             {"id": "a", "object": "model", "created": 0, "owned_by": "chaosllm"},
             {"id": "b", "object": "model", "created": 0, "owned_by": "chaosllm"},
         ],
     }
-    assert RESPONSES.models_body(["a"]) == CHAT.models_body(["a"])
-    listed = ANTHROPIC.models_body(["claude-a", "claude-b"])
+    assert RESPONSES.codec.models_body(["a"]) == CHAT.codec.models_body(["a"])
+    listed = ANTHROPIC.codec.models_body(["claude-a", "claude-b"])
     assert listed["has_more"] is False
     assert (listed["first_id"], listed["last_id"]) == ("claude-a", "claude-b")
     assert listed["data"][0] == {
@@ -90,7 +90,7 @@ def test_models_body_in_each_shape() -> None:
         "display_name": "claude-a",
         "created_at": "1970-01-01T00:00:00Z",
     }
-    assert ANTHROPIC.models_body([])["first_id"] is None
+    assert ANTHROPIC.codec.models_body([])["first_id"] is None
 
 
 # -- the error envelope -----------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_error_body_by_kind_and_by_status() -> None:
         assert json.loads(plan.body()) == provider.error_body(
             400, "bad", kind=ErrorKind.INVALID_REQUEST, param="p"
         )
-        assert provider.error_answer("m", status=429) == provider.error_body(429, "m")
+        assert provider.errors.error_answer("m", status=429) == provider.error_body(429, "m")
 
 
 def test_error_body_for_path_is_the_protocol_on_that_path() -> None:

@@ -357,13 +357,13 @@ def _decode(data: bytes, encoding: str) -> bytes:
 
 def _is_stream(provider: Provider, response: Answer) -> bool:
     """Whether the upstream answered with the protocol's stream of frames."""
-    return provider.is_stream(response.header("content-type") or "")
+    return provider.codec.is_stream(response.header("content-type") or "")
 
 
 def _text(provider: Provider, data: bytes) -> str:
     """A frame's text, as well as it can be read (for the checks that inspect a frame)."""
     try:
-        return provider.frame_text(data)
+        return provider.codec.frame_text(data)
     except ValueError:
         return data.decode("utf-8", "replace")
 
@@ -390,10 +390,10 @@ def recorded_exchange(
     chunks: tuple[RecordedChunk, ...] | None = None
     if frames is not None:
         try:
-            texts = [provider.frame_text(data) for data, _ in frames]
+            texts = [provider.codec.frame_text(data) for data, _ in frames]
         except ValueError as exc:
             raise NotRecordable(f"the stream's frames cannot be read: {exc}") from None
-        if not provider.stream_complete(texts):
+        if not provider.codec.stream_complete(texts):
             raise NotRecordable(
                 "the stream ended without its terminator ([DONE] or an error "
                 "event): an incomplete answer is never recorded"
@@ -656,7 +656,7 @@ class ProxyCall:
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
         splitter = (
-            self.provider.frame_splitter(time.monotonic(), keep=recording)
+            self.provider.codec.frame_splitter(time.monotonic(), keep=recording)
             if _is_stream(self.provider, response) and identity
             else None
         )
@@ -697,7 +697,7 @@ class ProxyCall:
                     report.frames_sent += completed
                     if recording and not holding and completed:
                         last = _text(self.provider, splitter.frames[-1][0])
-                        holding = self.provider.stream_complete([last])
+                        holding = self.provider.codec.stream_complete([last])
                 elif parts is not None:
                     parts.append(chunk)
                     # Not a stream: each piece waits for the next, the last for the recording.
@@ -746,7 +746,7 @@ class ProxyCall:
         """Pass the stream to the client through `fault` as its frames arrive; record the
         upstream's own answer (the module doc)."""
         report = self.entry.report
-        splitter = self.provider.frame_splitter(time.monotonic())
+        splitter = self.provider.codec.frame_splitter(time.monotonic())
         head = self._client_head(response, drop=_FRAMING)
         await send({"type": "http.response.start", "status": response.status, "headers": head})
         report.head_sent = True
@@ -860,7 +860,7 @@ class ProxyCall:
             return
         await self._record(
             response,
-            self.provider.split_frames(data) if _is_stream(self.provider, response) else None,
+            self.provider.codec.split_frames(data) if _is_stream(self.provider, response) else None,
             data,
         )
 
@@ -869,7 +869,7 @@ class ProxyCall:
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
         splitter = (
-            self.provider.frame_splitter(time.monotonic())
+            self.provider.codec.frame_splitter(time.monotonic())
             if _is_stream(self.provider, response) and identity
             else None
         )
