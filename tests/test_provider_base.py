@@ -1,5 +1,5 @@
 """The shared provider base and the registry: routes by path, the protocol asking on a shared
-endpoint, the render cache (bounded, by response identity), the error envelope everywhere
+endpoint, rendering (pure, equal for equal render keys), the error envelope everywhere
 (plans, faults, the wire's own errors, the app's 404/405) and the model list."""
 
 from __future__ import annotations

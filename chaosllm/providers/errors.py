@@ -88,7 +88,7 @@ class Errors(abc.ABC):
     def failure(self, failure: Failure, request: JSON, message: str | None = None) -> FailureReply:
         """The answer of a failure class to `request` in the protocol's shape: by default
         `error_body` for `failure_status`, worded by `failure_message` (or `message`), its
-        body from `failure_body` and its headers from `failure_headers`."""
+        body from `_failure_body` and its headers from `_failure_headers`."""
         status = self.failure_status(failure)
         text = message if message is not None else self.failure_message(failure, request)
         body = self._failure_body(failure, text, status=status)

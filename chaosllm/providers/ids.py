@@ -164,7 +164,7 @@ _TABLES = {
 
 def swap_strings(value: JSON, swap: Mapping[str, str]) -> JSON:
     """`value` with every string that is a key of `swap` replaced by its value (an answer
-    with the fresh ids `Provider.fresh_ids` gave its plan)."""
+    with the fresh ids `MintedIds.fresh` gave its plan)."""
     if isinstance(value, str):
         return swap.get(value, value)
     if isinstance(value, dict):
