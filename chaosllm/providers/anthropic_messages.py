@@ -420,7 +420,7 @@ class AnthropicMessagesFaults(FaultHooks):
             broken["stop_reason"] = "max_tokens"
         return broken
 
-    # -- the named failure classes ----------------------------------------------
+    # -- broken tool arguments on a live stream ----------------------------------
 
     def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
         """Each ``input_json_delta``'s ``partial_json`` as ``cut(block index, text)``, and

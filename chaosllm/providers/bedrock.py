@@ -529,7 +529,7 @@ class BedrockConverse(Provider):
         "/model/{modelId:path}/converse-stream",
     )
 
-    # -- requests ---------------------------------------------------------------
+    # -- routes -----------------------------------------------------------------
 
     def path_params(self, path: str) -> dict[str, str] | None:
         """The model id, and ``stream`` (``"true"`` on ``/converse-stream``)."""

@@ -821,7 +821,7 @@ class Gemini(Provider):
     path_templates = tuple(f"{p}/{{model}}:{m}" for p in _PREFIXES for m in (GENERATE, STREAM))
     client_header = "x-goog-api-client"
 
-    # -- requests ---------------------------------------------------------------
+    # -- routes -----------------------------------------------------------------
 
     def path_params(self, path: str) -> dict[str, str] | None:
         """The template's parameters, and the method the path calls (``method``)."""
