@@ -91,7 +91,7 @@ def test_digest_ignores_sampling_and_transport() -> None:
     }
     plain = {**BASE, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]}
     assert P.digest(cached) == P.digest(plain)
-    assert P.turn_text(BASE) == '{"content":"Hi","role":"user"}'
+    assert P.codec.turn_text(BASE) == '{"content":"Hi","role":"user"}'
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_error_envelope() -> None:
         418: "invalid_request_error",
     }
     for status, type_ in expected.items():
-        assert P.error_answer("m", status=status) == {
+        assert P.errors.error_answer("m", status=status) == {
             "type": "error",
             "error": {"type": type_, "message": "m"},
         }
@@ -192,8 +192,10 @@ def test_recordings_round_trip(name: str) -> None:
     data = recording(name)
     body = data["response"]["body"]
     assert data["digest"] == P.digest(data["request"]["body"])
-    frames = [c["data"] for c in data["response"].get("chunks") or []] or P.stream_frames(body)
-    assert P.stream_complete(frames) and P.assemble(frames) == body
+    frames = [c["data"] for c in data["response"].get("chunks") or []] or P.codec.stream_frames(
+        body
+    )
+    assert P.codec.stream_complete(frames) and P.assemble(frames) == body
 
 
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
@@ -238,8 +240,8 @@ def test_render_assemble_round_trip(
         "stop_sequence": None,
         "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
     }
-    frames = P.stream_frames(body)
-    assert P.stream_complete(frames) and not P.stream_complete(frames[:-1])
+    frames = P.codec.stream_frames(body)
+    assert P.codec.stream_complete(frames) and not P.codec.stream_complete(frames[:-1])
     assert P.assemble(frames) == body
     assert P.assemble(["".join(frames)]) == body
 
@@ -270,7 +272,7 @@ def faulted(fault: dict[str, Any], name: str, *, stream: bool) -> ResponsePlan |
 def test_answer_frame_count() -> None:
     body = recording("anthropic-text/0001")["response"]["body"]
     plan = P.render(exchange(body), {**BASE, "stream": True}, timing=0)
-    assert P.answer_frame_count(plan) == len(plan.pieces) - 2
+    assert P.faults.answer_frame_count(plan) == len(plan.pieces) - 2
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -305,7 +307,7 @@ def test_cuts_never_keep_finishing_frames() -> None:
         assert plan is not None
         kinds = [e["type"] for _, e in events(plan)]
         assert "message_delta" not in kinds and "message_stop" not in kinds, kind
-        assert not P.stream_complete(piece_texts(plan))
+        assert not P.codec.stream_complete(piece_texts(plan))
     plan = faulted(
         {"type": "dropped_connection", "after_chunks": 2}, "anthropic-stream/0001", stream=True
     )
@@ -328,7 +330,9 @@ def test_empty_response(stream: bool) -> None:
 
 def test_malformed_tool_args() -> None:
     assert faulted({"type": "malformed_tool_args"}, "anthropic-text/0001", stream=True) is None
-    assert P.break_tool_arguments(recording("anthropic-text/0001")["response"]["body"]) is None
+    assert (
+        P.faults.break_tool_arguments(recording("anthropic-text/0001")["response"]["body"]) is None
+    )
     plan = faulted({"type": "malformed_tool_args"}, "anthropic-tools/0001", stream=True)
     assert plan is not None
     partial = "".join(

@@ -79,17 +79,17 @@ def test_every_recording_replays_as_json_and_as_a_stream(pair: EnginePair, name:
     assert streamed.headers["content-type"] == "application/vnd.amazon.eventstream"
     texts = [eventstream.message_text(m) for m in events(streamed)]
     assert BEDROCK.assemble(texts) == recording(name)["response"]["body"]
-    assert BEDROCK.stream_complete(texts)
+    assert BEDROCK.codec.stream_complete(texts)
     assert streamed.record["model"] == recording(name)["request"]["body"]["modelId"]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_rendered_frames_assemble_back_to_the_answer(name: str) -> None:
     answer = recording(name)["response"]["body"]
-    frames = BEDROCK.stream_frames(answer)
+    frames = BEDROCK.codec.stream_frames(answer)
     assert BEDROCK.assemble(frames) == answer
     for text in frames:
-        assert BEDROCK.frame_text(BEDROCK.encode_frame(text)) == text
+        assert BEDROCK.codec.frame_text(BEDROCK.codec.encode_frame(text)) == text
 
 
 def test_a_bad_request_is_a_validation_exception(pair: EnginePair) -> None:
@@ -142,7 +142,7 @@ def test_truncation_is_clamped_before_message_stop(pair: EnginePair) -> None:
     answer = faulted(pair, {"type": "truncated_stream", "after_chunks": 99})
     got = kinds(answer)
     assert got[-1] == "contentBlockStop" and "messageStop" not in got
-    assert not BEDROCK.stream_complete([eventstream.message_text(m) for m in events(answer)])
+    assert not BEDROCK.codec.stream_complete([eventstream.message_text(m) for m in events(answer)])
 
 
 def test_error_in_200_is_an_exception_message(pair: EnginePair) -> None:
@@ -150,7 +150,9 @@ def test_error_in_200_is_an_exception_message(pair: EnginePair) -> None:
     *_, last = events(answer)
     assert last.message_type == "exception" and last.kind == "modelStreamErrorException"
     assert json.loads(last.payload)["message"] == "boom"
-    assert BEDROCK.stream_error_frame("slow", status=429)[-200:].count(b"throttlingException")
+    assert BEDROCK.faults.stream_error_frame("slow", status=429)[-200:].count(
+        b"throttlingException"
+    )
 
 
 def test_garbage_is_the_next_frame_with_a_bad_crc(pair: EnginePair) -> None:

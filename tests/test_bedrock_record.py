@@ -65,8 +65,8 @@ class Upstream(BaseHTTPRequestHandler):
             self.send_header("transfer-encoding", "chunked")
             self.send_header("x-amzn-requestid", "5f2c0f3e-0000-4000-8000-000000000001")
             self.end_headers()
-            for text in BEDROCK.stream_frames(ANSWER):
-                frame = BEDROCK.encode_frame(text)
+            for text in BEDROCK.codec.stream_frames(ANSWER):
+                frame = BEDROCK.codec.encode_frame(text)
                 write_chunk(self, frame)
             self.wfile.write(b"0\r\n\r\n")
         else:
@@ -167,7 +167,7 @@ def test_record_then_replay_equal(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     assert stream["request"]["body"]["modelId"] == MODEL
     assert stream["request"]["body"]["stream"] is True
     chunks = stream["response"]["chunks"]
-    assert [c["data"] for c in chunks] == BEDROCK.stream_frames(ANSWER)  # the exact frames
+    assert [c["data"] for c in chunks] == BEDROCK.codec.stream_frames(ANSWER)  # the exact frames
     assert stream["response"]["body"] == ANSWER
     assert by_path[f"/model/{ARN}/converse"]["request"]["body"]["modelId"] == ARN
     logged = caplog.text

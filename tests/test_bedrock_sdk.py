@@ -144,7 +144,7 @@ def test_recorded_frames_replay_byte_for_byte(server: ChaosServer, name: str) ->
     )
     assert wire.status_code == 200
     assert wire.headers["content-type"] == "application/vnd.amazon.eventstream"
-    assert wire.content == b"".join(BEDROCK.encode_frame(c["data"]) for c in chunks)
+    assert wire.content == b"".join(BEDROCK.codec.encode_frame(c["data"]) for c in chunks)
     buffer = EventStreamBuffer()
     buffer.add_data(wire.content)
     payloads = [json.loads(m.payload) for m in buffer]
@@ -272,7 +272,7 @@ def test_dropped_connection_inside_a_frame(server: ChaosServer, bedrock: Any) ->
         events(bedrock, STREAM, got)
     assert len(got) == 2  # the third frame's first 20 bytes are no event
     chunks = recording(STREAM)["response"]["chunks"]
-    whole = sum(len(BEDROCK.encode_frame(c["data"])) for c in chunks[:2])
+    whole = sum(len(BEDROCK.codec.encode_frame(c["data"])) for c in chunks[:2])
     (entry,) = journal(server)
     assert entry["frames_sent"] == 2 and entry["bytes_sent"] == whole + 20
 

@@ -113,7 +113,7 @@ def body_of(reply: Reply) -> Any:
 
 
 def frames(provider: Provider, reply: Reply) -> list[str]:
-    return [provider.frame_text(p.data) for p in reply.plan.pieces if p.frame]
+    return [provider.codec.frame_text(p.data) for p in reply.plan.pieces if p.frame]
 
 
 def signature(name: str, reply: Reply) -> Any:
@@ -337,7 +337,7 @@ def test_content_filter_cuts_the_answer_and_says_why(name: str, stream: bool) ->
     if stream:
         answer = provider.assemble(frames(provider, reply))
         whole = provider.assemble(frames(provider, clean))
-        assert provider.stream_complete(frames(provider, reply))  # it ends as streams end
+        assert provider.codec.stream_complete(frames(provider, reply))  # it ends as streams end
     else:
         answer, whole = body_of(reply), body_of(clean)
     assert finish_reason(name, answer) == FILTERED[name]
@@ -368,16 +368,16 @@ def test_gemini_rates_the_blocked_category() -> None:
 def test_content_filter_drops_the_tool_calls() -> None:
     provider = PROVIDERS["openai.chat"]
     answer = recording("tool-call/0001")["response"]["body"]
-    filtered = provider.filtered_answer(answer)
+    filtered = provider.faults.filtered_answer(answer)
     assert isinstance(filtered, dict)
     assert "tool_calls" not in filtered["choices"][0]["message"]
-    assert provider.filtered_answer({"error": {"message": "x"}}) is None  # nothing to cut
+    assert provider.faults.filtered_answer({"error": {"message": "x"}}) is None  # nothing to cut
 
 
 def test_content_filter_is_not_consumed_by_an_error_answer() -> None:
     spec = parse_fault_spec({"type": "content_filter"})
     for provider in PROVIDERS.values():
-        assert not spec.entry.applies(provider, provider.error_answer("boom", status=500))
+        assert not spec.entry.applies(provider, provider.errors.error_answer("boom", status=500))
 
 
 # -- overloaded mid-stream -------------------------------------------------------------------
@@ -405,9 +405,9 @@ def test_overloaded_after_k_frames_is_the_protocols_error_event(name: str) -> No
     assert reply.plan.status == 200
     pieces = reply.plan.pieces
     assert len(pieces) == 2 and pieces[0] == clean[0]
-    last = provider.frame_text(pieces[-1].data)
+    last = provider.codec.frame_text(pieces[-1].data)
     assert OVERLOAD_FRAME[name] in last
-    assert provider.frame_finishes(last)  # it ends the answer, as an error event does
+    assert provider.faults.frame_finishes(last)  # it ends the answer, as an error event does
 
 
 def test_anthropic_overload_mid_stream_is_an_error_event() -> None:
@@ -496,13 +496,13 @@ def test_gemini_request_facts() -> None:
             {"googleSearch": {}},
         ],
     }
-    assert gemini.last_user_text(body) == "a\nb"
-    assert gemini.last_user_text({"contents": "nope"}) is None
-    assert gemini.tool_names(body) == {"get_weather", "get_time", "googleSearch"}
-    assert gemini.tool_names([]) == frozenset()
+    assert gemini.faults.last_user_text(body) == "a\nb"
+    assert gemini.faults.last_user_text({"contents": "nope"}) is None
+    assert gemini.faults.tool_names(body) == {"get_weather", "get_time", "googleSearch"}
+    assert gemini.faults.tool_names([]) == frozenset()
     answer = recording("gemini-tools/0001")["response"]["body"]
     called = {p["functionCall"]["name"] for p in answer["candidates"][0]["content"]["parts"]}
-    assert called and gemini.called_tool_names(answer) == called
+    assert called and gemini.faults.called_tool_names(answer) == called
 
 
 def test_ollama_request_facts() -> None:
@@ -510,15 +510,15 @@ def test_ollama_request_facts() -> None:
     tools = recording("ollama-tools/0001")
     body = tools["request"]["body"]
     users = [m["content"] for m in body["messages"] if m["role"] == "user"]
-    assert chat.last_user_text(body) == users[-1]
-    assert chat.tool_names(body) == {t["function"]["name"] for t in body["tools"]}
+    assert chat.faults.last_user_text(body) == users[-1]
+    assert chat.faults.tool_names(body) == {t["function"]["name"] for t in body["tools"]}
     calls = tools["response"]["body"]["message"]["tool_calls"]
-    assert chat.called_tool_names(tools["response"]["body"]) == {
+    assert chat.faults.called_tool_names(tools["response"]["body"]) == {
         c["function"]["name"] for c in calls
     }
-    assert generate.last_user_text({"prompt": "Complete: hi"}) == "Complete: hi"
-    assert generate.last_user_text({"prompt": 3}) is None
-    assert generate.tool_names({"prompt": "x"}) == frozenset()
+    assert generate.faults.last_user_text({"prompt": "Complete: hi"}) == "Complete: hi"
+    assert generate.faults.last_user_text({"prompt": 3}) is None
+    assert generate.faults.tool_names({"prompt": "x"}) == frozenset()
 
 
 def test_bedrock_request_facts() -> None:
@@ -532,13 +532,13 @@ def test_bedrock_request_facts() -> None:
         for b in m["content"]
         if "text" in b
     ]
-    assert bedrock.last_user_text(body) == texts[-1]
-    assert bedrock.last_user_text({"messages": [{"role": "user", "content": "x"}]}) is None
+    assert bedrock.faults.last_user_text(body) == texts[-1]
+    assert bedrock.faults.last_user_text({"messages": [{"role": "user", "content": "x"}]}) is None
     specs = {t["toolSpec"]["name"] for t in body["toolConfig"]["tools"]}
-    assert specs and bedrock.tool_names(body) == specs
+    assert specs and bedrock.faults.tool_names(body) == specs
     content = tools["response"]["body"]["output"]["message"]["content"]
     called = {b["toolUse"]["name"] for b in content if "toolUse" in b}
-    assert called and bedrock.called_tool_names(tools["response"]["body"]) == called
+    assert called and bedrock.faults.called_tool_names(tools["response"]["body"]) == called
 
 
 @pytest.mark.parametrize(

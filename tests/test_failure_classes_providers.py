@@ -1,5 +1,5 @@
-"""The failure-class hooks of every provider (`Provider.failure`, `failure_frame`,
-`filtered_answer`), called directly: each protocol's status and envelope, its error event
+"""The failure-class hooks of every provider (`Errors.failure`, `FaultHooks.failure_frame`,
+`FaultHooks.filtered_answer`), called directly: each protocol's status and envelope, its error event
 mid-stream, and how its content filter cuts a shipped answer. The same through the engine
 and the catalogue's fault types: tests/test_failure_classes.py."""
 
@@ -63,31 +63,31 @@ def find(value: Any, key: str) -> Any:
 def test_each_failure_has_the_protocols_status_and_envelope(name: str, failure: Failure) -> None:
     provider = PROVIDERS[name]
     request = recording(ANSWERS[name])["request"]["body"]
-    reply = provider.failure(failure, request)
+    reply = provider.errors.failure(failure, request)
     assert isinstance(reply, FailureReply)
     assert reply.status == STATUSES[name][failure]
-    generic = provider.error_answer("x", status=reply.status)
+    generic = provider.errors.error_answer("x", status=reply.status)
     assert isinstance(reply.body, dict) and isinstance(generic, dict)
     assert set(reply.body) == set(generic)  # the protocol's own envelope
-    assert provider.failure(failure, request, "said so").body != reply.body
+    assert provider.errors.failure(failure, request, "said so").body != reply.body
 
 
 @pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_an_overload_frame_is_one_of_the_protocols_frames(name: str) -> None:
     provider = PROVIDERS[name]
-    frame = provider.failure_frame(Failure.OVERLOADED, {})
-    text = provider.frame_text(frame)
-    assert provider.frame_finishes(text)  # it ends the answer, as an error event does
+    frame = provider.faults.failure_frame(Failure.OVERLOADED, {})
+    text = provider.codec.frame_text(frame)
+    assert provider.faults.frame_finishes(text)  # it ends the answer, as an error event does
 
 
 @pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_the_content_filter_cuts_a_shipped_answer(name: str) -> None:
     provider = PROVIDERS[name]
     answer = recording(ANSWERS[name])["response"]["body"]
-    filtered = provider.filtered_answer(answer)
+    filtered = provider.faults.filtered_answer(answer)
     key, value = REASON_KEYS[name]
     assert find(filtered, key) == value
-    assert provider.filtered_answer({"no": "answer"}) is None
+    assert provider.faults.filtered_answer({"no": "answer"}) is None
 
 
 def test_filtered_text_keeps_the_first_half_in_words() -> None:

@@ -36,7 +36,7 @@ def chat(name: str = SIMPLE) -> dict[str, Any]:
 
 
 def last_user(body: dict[str, Any]) -> str:
-    text = PROVIDERS["openai.chat"].last_user_text(body)
+    text = PROVIDERS["openai.chat"].faults.last_user_text(body)
     assert text is not None
     return text
 
@@ -64,7 +64,7 @@ def test_each_protocol_reads_the_last_user_message() -> None:
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         ]
     }
-    assert chat_p.last_user_text(body) == "what is\nthe weather?"
+    assert chat_p.faults.last_user_text(body) == "what is\nthe weather?"
     # Anthropic: a user message of tool results only is no text a user wrote.
     conversation = {
         "messages": [
@@ -73,21 +73,21 @@ def test_each_protocol_reads_the_last_user_message() -> None:
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
         ]
     }
-    assert anthropic.last_user_text(conversation) == "Weather in Paris?"
-    assert responses.last_user_text({"input": "a bare prompt"}) == "a bare prompt"
+    assert anthropic.faults.last_user_text(conversation) == "Weather in Paris?"
+    assert responses.faults.last_user_text({"input": "a bare prompt"}) == "a bare prompt"
     items = {
         "input": [
             {"role": "user", "content": [{"type": "input_text", "text": "typed"}]},
             {"type": "function_call_output", "call_id": "c", "output": "{}"},
         ]
     }
-    assert responses.last_user_text(items) == "typed"
+    assert responses.faults.last_user_text(items) == "typed"
     for provider in (chat_p, anthropic, responses):  # never raises, whatever the body
         odd_bodies: list[Any] = [None, [], {"messages": "x"}, {"input": 3}, {"messages": [1, {}]}]
         for odd in odd_bodies:
-            assert provider.last_user_text(odd) is None
-            assert provider.tool_names(odd) == frozenset()
-            assert provider.called_tool_names(odd) == frozenset()
+            assert provider.faults.last_user_text(odd) is None
+            assert provider.faults.tool_names(odd) == frozenset()
+            assert provider.faults.called_tool_names(odd) == frozenset()
 
 
 def test_each_protocol_reads_the_tools_offered_and_called() -> None:
@@ -98,19 +98,19 @@ def test_each_protocol_reads_the_tools_offered_and_called() -> None:
     ]:
         rec = recording(name)
         p = PROVIDERS[provider]
-        assert p.tool_names(rec["request"]["body"]) == {"get_weather"}, name
+        assert p.faults.tool_names(rec["request"]["body"]) == {"get_weather"}, name
         before = copy.deepcopy(rec["response"]["body"])
-        assert p.called_tool_names(rec["response"]["body"]) == {"get_weather"}, name
+        assert p.faults.called_tool_names(rec["response"]["body"]) == {"get_weather"}, name
         assert rec["response"]["body"] == before, "reading the calls changed the answer"
     both = recording("streaming-tools/0001")
     chat_p = PROVIDERS["openai.chat"]
-    assert chat_p.called_tool_names(both["response"]["body"]) == {
+    assert chat_p.faults.called_tool_names(both["response"]["body"]) == {
         "get_weather",
         "get_local_time",
     }
-    assert chat_p.tool_names({"functions": [{"name": "legacy"}]}) == {"legacy"}
+    assert chat_p.faults.tool_names({"functions": [{"name": "legacy"}]}) == {"legacy"}
     hosted = {"tools": [{"type": "web_search"}, {"type": "function", "name": "f"}]}
-    assert PROVIDERS["openai.responses"].tool_names(hosted) == {"web_search", "f"}
+    assert PROVIDERS["openai.responses"].faults.tool_names(hosted) == {"web_search", "f"}
 
 
 # -- contains ---------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def test_contains_is_a_case_sensitive_substring_of_the_last_user_message_only(
 def test_contains_in_the_other_protocols(pair: EnginePair, name: str, path: str) -> None:
     body = recording(name)["request"]["body"]
     provider = PROVIDERS[recording(name)["provider"]]
-    text = provider.last_user_text(body)
+    text = provider.faults.last_user_text(body)
     assert text
     pair.arm({"type": "http_503", "match": {"contains": "not in it at all"}})
     assert pair.send(body, path=path).status == 200
@@ -185,7 +185,7 @@ def test_tool_fires_on_answers_calling_it(tmp_path: Path) -> None:
     (tmp_path / "calls" / "0001.json").write_text(json.dumps(rec))
     pair = EnginePair.of(tmp_path)
     body = rec["request"]["body"]
-    assert PROVIDERS["openai.chat"].tool_names(body) == frozenset()
+    assert PROVIDERS["openai.chat"].faults.tool_names(body) == frozenset()
     pair.arm({"type": "malformed_tool_args", "match": {"tool": "something_else"}})
     assert pair.send(body).json()["choices"][0]["message"]["tool_calls"]  # untouched
     pair.engine.board.disarm()

@@ -123,7 +123,7 @@ def test_truncated_stream_keeps_k_frames_without_finish_or_done() -> None:
 
 def test_cut_never_keeps_the_finishing_frames() -> None:
     plan, out = fault("truncated_stream", stream=True, after_chunks=1000)
-    assert len(out.pieces) == P.answer_frame_count(plan) < len(plan.pieces)
+    assert len(out.pieces) == P.faults.answer_frame_count(plan) < len(plan.pieces)
     assert not any(json.loads(f)["choices"][0]["finish_reason"] for f in frames(out))
 
 

@@ -246,8 +246,8 @@ def test_the_digests_of_requests_without_a_thread_are_unchanged() -> None:
     body = {"model": "m", "input": "hi"}
     assert responses.digest(body) != responses.digest({**body, "conversation": "conv_1"})
     assert responses.digest(body) != responses.digest({**body, "previous_response_id": "resp_1"})
-    assert responses.thread(body) is None
-    assert "resp_1" in responses.match_text({**body, "previous_response_id": "resp_1"})
+    assert responses.codec.thread(body) is None
+    assert "resp_1" in responses.codec.match_text({**body, "previous_response_id": "resp_1"})
 
 
 # -- 4. the usage chunk if and only if it is asked for -------------------------------------------

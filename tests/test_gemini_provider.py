@@ -24,6 +24,7 @@ from chaosllm.paths import shipped_dir
 from chaosllm.providers import PROVIDERS, provider_for_path
 from chaosllm.providers.gemini import (
     Gemini,
+    GeminiCodec,
     batch_embed_answer,
     count_tokens_answer,
     embed_answer,
@@ -245,7 +246,7 @@ def test_an_unknown_model_is_googles_404_naming_digest_and_nearest() -> None:
 def test_the_fallback_is_a_gemini_answer() -> None:
     reply = Client(on_miss=OnMiss.FALLBACK).send(body=client_body(TEXT), model="gemini-9")
     answer = body_json(reply)
-    assert reply.plan.status == 200 and GEMINI.is_answer(answer)
+    assert reply.plan.status == 200 and GEMINI.codec.is_answer(answer)
     assert "[chaosllm fallback]" in answer["candidates"][0]["content"]["parts"][0]["text"]
 
 
@@ -266,7 +267,7 @@ def test_the_fallback_is_a_gemini_answer() -> None:
 )
 def test_error_statuses_are_rpc_codes(status: int, name: str) -> None:
     assert rpc_status(status) == name
-    assert GEMINI.error_answer("m", status=status) == {
+    assert GEMINI.errors.error_answer("m", status=status) == {
         "error": {"code": status, "message": "m", "status": name}
     }
 
@@ -278,14 +279,14 @@ def test_error_statuses_are_rpc_codes(status: int, name: str) -> None:
 def test_each_recording_is_a_consistent_answer(name: str) -> None:
     data = recording(name)
     body = data["response"]["body"]
-    assert GEMINI.is_answer(body)
-    assert GEMINI.assemble(GEMINI.stream_frames(body)) == body
-    assert GEMINI.assemble(GEMINI.stream_frames(body, sse=False)) == body
+    assert GEMINI.codec.is_answer(body)
+    assert GEMINI.assemble(GEMINI.codec.stream_frames(body)) == body
+    assert GEMINI.assemble(GeminiCodec().stream_frames(body, sse=False)) == body
     chunks = data["response"].get("chunks")
     if chunks:
         texts = [c["data"] for c in chunks]
         assert GEMINI.assemble(texts) == body
-        assert GEMINI.stream_complete(texts) and not GEMINI.stream_complete(texts[:-1])
+        assert GEMINI.codec.stream_complete(texts) and not GEMINI.codec.stream_complete(texts[:-1])
 
 
 def test_recorded_frames_replay_byte_for_byte() -> None:
@@ -326,23 +327,23 @@ def test_a_function_call_streams_whole_with_its_args_object() -> None:
 
 def test_a_blocked_prompt_is_an_answer_that_finishes() -> None:
     blocked = {"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": "gemini-2.5-flash"}
-    assert GEMINI.is_answer(blocked)
-    [frame] = GEMINI.stream_frames(blocked)
-    assert GEMINI.frame_finishes(frame) and GEMINI.stream_complete([frame])
+    assert GEMINI.codec.is_answer(blocked)
+    [frame] = GEMINI.codec.stream_frames(blocked)
+    assert GEMINI.faults.frame_finishes(frame) and GEMINI.codec.stream_complete([frame])
     assert GEMINI.assemble([frame]) == blocked
 
 
 def test_an_error_event_assembles_to_the_error() -> None:
-    frame = GEMINI.stream_error_frame("boom", status=500).decode()
+    frame = GEMINI.faults.stream_error_frame("boom", status=500).decode()
     assert frame.startswith('data: {"error":')
     assert GEMINI.assemble(
-        [GEMINI.stream_frames(recording(TEXT)["response"]["body"])[0], frame]
+        [GEMINI.codec.stream_frames(recording(TEXT)["response"]["body"])[0], frame]
     ) == {"error": {"code": 500, "message": "boom", "status": "INTERNAL"}}
-    assert GEMINI.stream_complete([frame])
+    assert GEMINI.codec.stream_complete([frame])
 
 
 def test_the_model_list_is_geminis_shape() -> None:
-    listed = GEMINI.models_body(["gemini-2.5-flash"])
+    listed = GEMINI.codec.models_body(["gemini-2.5-flash"])
     assert isinstance(listed, dict)
     assert listed["models"][0]["name"] == "models/gemini-2.5-flash"
 
@@ -384,7 +385,7 @@ def test_truncated_stream_ends_cleanly_before_the_finishing_response() -> None:
     recorded = [c["data"] for c in recording(STREAM)["response"]["chunks"]]
     assert frames(reply) == recorded[:-1]  # clamped: no finishReason, nothing broken
     assert reply.plan.ending is Ending.COMPLETE
-    assert not GEMINI.stream_complete(frames(reply))
+    assert not GEMINI.codec.stream_complete(frames(reply))
 
 
 def test_truncated_array_stream_has_no_closing_bracket() -> None:

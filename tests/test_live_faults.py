@@ -431,7 +431,7 @@ def test_time_to_first_byte_with_a_fault_armed_equals_the_upstreams_own(tmp_path
 
 
 def frames_of(provider: Any, answer: dict[str, Any]) -> list[bytes]:
-    return [provider.encode_frame(text) for text in provider.stream_frames(answer)]
+    return [provider.codec.encode_frame(text) for text in provider.codec.stream_frames(answer)]
 
 
 def first_argument_frame(frames: list[bytes], marker: bytes) -> int:

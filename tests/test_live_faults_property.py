@@ -27,7 +27,7 @@ from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.providers.anthropic_messages import AnthropicMessages
 from chaosllm.providers.base import Provider
 from chaosllm.providers.bedrock import BedrockConverse
-from chaosllm.providers.gemini import Gemini
+from chaosllm.providers.gemini import Gemini, GeminiCodec
 from chaosllm.providers.ollama import OllamaChat
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.providers.openai_responses import OpenAIResponses
@@ -147,7 +147,7 @@ def masked(answer: Any) -> tuple[Any, list[str]]:
     """The answer without its arguments' text, and those texts."""
     texts: list[str] = []
     copy = json.loads(json.dumps(answer))
-    for call in P.tool_calls(copy):
+    for call in P.faults.tool_calls(copy):
         texts.append(call["arguments"])
         call["arguments"] = "..."
     return copy, texts
@@ -170,7 +170,7 @@ def test_live_malformed_tool_args_equals_the_whole_answer_broken(frames: list[by
     pieces, end = run_live(machine, frames)
     assert end.ending is Ending.COMPLETE
     live = P.assemble([p.data.decode() for p in pieces])
-    broken = P.break_tool_arguments(P.assemble([f.decode() for f in frames]))
+    broken = P.faults.break_tool_arguments(P.assemble([f.decode() for f in frames]))
     (live_rest, live_args), (whole_rest, whole_args) = masked(live), masked(broken)
     assert live_rest == whole_rest
     assert len(live_args) == len(whole_args) >= 1
@@ -186,6 +186,7 @@ def test_live_malformed_tool_args_equals_the_whole_answer_broken(frames: list[by
 ANTHROPIC = AnthropicMessages()
 RESPONSES = OpenAIResponses()
 GEMINI = Gemini()
+GEMINI_CODEC = GeminiCodec()  # typed: its stream_frames takes sse
 OLLAMA = OllamaChat()
 BEDROCK = BedrockConverse()
 TOOL_PROTOCOLS = ["anthropic", "responses", "gemini-sse", "gemini-array", "ollama", "bedrock"]
@@ -300,10 +301,10 @@ def provider_of(protocol: str) -> Provider:
 def stream_of(protocol: str, answer: Any) -> list[bytes]:
     provider = provider_of(protocol)
     if protocol.startswith("gemini"):
-        texts = GEMINI.stream_frames(answer, sse=protocol == "gemini-sse")
+        texts = GEMINI_CODEC.stream_frames(answer, sse=protocol == "gemini-sse")
     else:
-        texts = provider.stream_frames(answer)
-    return [provider.encode_frame(t) for t in texts]
+        texts = provider.codec.stream_frames(answer)
+    return [provider.codec.encode_frame(t) for t in texts]
 
 
 @dataclass
@@ -331,8 +332,8 @@ class Mask:
 def masked_answer(provider: Provider, frames: list[bytes]) -> tuple[Any, Mask]:
     """The answer of `frames` with every argument text blanked, and the texts."""
     mask = Mask()
-    blank = [provider.break_argument_deltas(f, mask) or f for f in frames]
-    return provider.assemble([provider.frame_text(f) for f in blank]), mask
+    blank = [provider.faults.break_argument_deltas(f, mask) or f for f in frames]
+    return provider.assemble([provider.codec.frame_text(f) for f in blank]), mask
 
 
 @settings(max_examples=100, deadline=None)
@@ -370,7 +371,7 @@ def test_live_malformed_tool_args_gives_the_buffered_answer_in_every_protocol(
     ctx = FaultContext(
         provider=provider,
         stream=True,
-        answer=provider.assemble([provider.frame_text(f) for f in frames]),
+        answer=provider.assemble([provider.codec.frame_text(f) for f in frames]),
         render=render,
         request=request,
     )
@@ -379,8 +380,8 @@ def test_live_malformed_tool_args_gives_the_buffered_answer_in_every_protocol(
     buffered = [p.data for p in buffered_plan.pieces]
     if whole:
         # The same answer exactly (Gemini's MALFORMED_FUNCTION_CALL, Ollama's parse error).
-        assert provider.assemble([provider.frame_text(f) for f in live]) == provider.assemble(
-            [provider.frame_text(f) for f in buffered]
+        assert provider.assemble([provider.codec.frame_text(f) for f in live]) == provider.assemble(
+            [provider.codec.frame_text(f) for f in buffered]
         )
         return
     (live_rest, live_args), (buffered_rest, buffered_args) = (
@@ -396,7 +397,7 @@ def test_live_malformed_tool_args_gives_the_buffered_answer_in_every_protocol(
         assert all(w == texts for w in live_args.wholes.get(key, []))
     # Frames without argument text pass byte for byte (the stop reason's frame aside).
     for sent in frames:
-        if provider.break_argument_deltas(sent, Mask()) == sent and not provider.frame_finishes(
-            provider.frame_text(sent)
-        ):
+        if provider.faults.break_argument_deltas(
+            sent, Mask()
+        ) == sent and not provider.faults.frame_finishes(provider.codec.frame_text(sent)):
             assert sent in live

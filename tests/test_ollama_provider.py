@@ -70,7 +70,9 @@ def lines(answer: Answer) -> list[dict[str, Any]]:
 def test_the_two_paths_are_two_providers() -> None:
     assert isinstance(CHAT, OllamaChat) and provider_for_path(CHAT_PATH) is CHAT
     assert isinstance(GENERATE, OllamaGenerate) and provider_for_path(GENERATE_PATH) is GENERATE
-    assert CHAT.is_stream("application/x-ndjson") and not CHAT.is_stream("text/event-stream")
+    assert CHAT.codec.is_stream("application/x-ndjson") and not CHAT.codec.is_stream(
+        "text/event-stream"
+    )
 
 
 def test_a_line_is_compact_json_and_a_newline() -> None:
@@ -196,7 +198,9 @@ def test_each_recording_replays_as_json_and_as_ndjson(pair: EnginePair, name: st
     provider = provider_for_path(path_of(name))
     assert provider is not None
     assert provider.assemble(frames) == recorded["body"]
-    assert provider.stream_complete(frames) and not provider.stream_complete(frames[:-1])
+    assert provider.codec.stream_complete(frames) and not provider.codec.stream_complete(
+        frames[:-1]
+    )
     final = json.loads(frames[-1])
     assert final["done"] is True and final["done_reason"] == "stop"
     assert all(json.loads(f)["done"] is False for f in frames[:-1])
@@ -206,7 +210,7 @@ def test_each_recording_replays_as_json_and_as_ndjson(pair: EnginePair, name: st
 
 def test_a_stream_rendered_from_a_body_reads_back() -> None:
     body = recording("ollama-tools/0001")["response"]["body"]
-    frames = CHAT.stream_frames(body)
+    frames = CHAT.codec.stream_frames(body)
     parsed = [json.loads(f) for f in frames]
     assert parsed[0]["message"]["tool_calls"] == body["message"]["tool_calls"]
     assert parsed[-1]["done"] is True and parsed[-1]["message"] == {
@@ -215,27 +219,29 @@ def test_a_stream_rendered_from_a_body_reads_back() -> None:
     }
     assert CHAT.assemble(frames) == body
     thinking = {**body, "message": {"role": "assistant", "content": "Hi.", "thinking": "Hm ok"}}
-    assert [json.loads(f)["message"].get("thinking") for f in CHAT.stream_frames(thinking)] == [
+    assert [
+        json.loads(f)["message"].get("thinking") for f in CHAT.codec.stream_frames(thinking)
+    ] == [
         "Hm",
         " ok",
         None,
         None,
     ]
-    assert CHAT.assemble(CHAT.stream_frames(thinking)) == thinking
+    assert CHAT.assemble(CHAT.codec.stream_frames(thinking)) == thinking
 
 
 def test_an_error_line_assembles_to_the_error() -> None:
     frames = ['{"model":"m","message":{"role":"assistant","content":"a"},"done":false}\n']
     error = '{"error":"boom"}\n'
     assert CHAT.assemble([*frames, error]) == {"error": "boom"}
-    assert CHAT.stream_complete([*frames, error]) and not CHAT.stream_complete(frames)
+    assert CHAT.codec.stream_complete([*frames, error]) and not CHAT.codec.stream_complete(frames)
 
 
 def test_the_fallback_is_an_answer(pair: EnginePair) -> None:
     for provider in (CHAT, GENERATE):
         answer = provider.fallback({"model": "m"}, "abc")
-        assert provider.is_answer(answer)
-        assert provider.assemble(provider.stream_frames(answer)) == answer
+        assert provider.codec.is_answer(answer)
+        assert provider.assemble(provider.codec.stream_frames(answer)) == answer
 
 
 # -- faults, as NDJSON ----------------------------------------------------------------------

@@ -70,7 +70,7 @@ def expected_parts(name: str) -> list[dict[str, Any]]:
     data = recording(name)
     if "chunks" in data["response"]:
         return [json.loads(c["data"]) for c in data["response"]["chunks"]]
-    return [json.loads(f) for f in OllamaChat().stream_frames(data["response"]["body"])]
+    return [json.loads(f) for f in OllamaChat().codec.stream_frames(data["response"]["body"])]
 
 
 # -- replay ---------------------------------------------------------------------------------

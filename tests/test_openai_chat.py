@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import Exchange, Framing, RecordedChunk, RecordedRequest, RecordedResponse
-from chaosllm.providers.openai_chat import OpenAIChat, iter_frame_payloads
+from chaosllm.providers.openai_chat import OpenAIChat, OpenAIChatCodec, iter_frame_payloads
 
 P = OpenAIChat()
+CODEC = OpenAIChatCodec()  # typed: its stream_frames takes include_usage
 
 REQUEST: dict[str, Any] = {
     "model": "gpt-4o-mini",
@@ -328,7 +329,7 @@ def test_render_error_envelope() -> None:
 @pytest.mark.parametrize("completion", [COMPLETION, TOOL_COMPLETION])
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_assemble_inverts_render(completion: dict[str, Any], include_usage: bool) -> None:
-    frames = P.stream_frames(completion, include_usage=include_usage)
+    frames = CODEC.stream_frames(completion, include_usage=include_usage)
     assembled = P.assemble(frames)
     expected = copy.deepcopy(completion)
     if not include_usage:
@@ -350,7 +351,7 @@ def test_assemble_inverts_render_for_any_text(content: str, reasoning: str, argu
         message["tool_calls"] = [
             {"id": "call_x", "type": "function", "function": {"name": "f", "arguments": arguments}}
         ]
-    assembled = P.assemble(P.stream_frames(completion, include_usage=True))
+    assembled = P.assemble(CODEC.stream_frames(completion, include_usage=True))
     assert assembled == completion
 
 

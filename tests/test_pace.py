@@ -95,15 +95,15 @@ def test_without_jitter_the_gaps_are_the_ttft_and_each_frames_tokens() -> None:
     plan = pair.send(stream(), session="s").reply.plan
     assert plan.pieces[0].delay_ms == 600.0 and plan.head_delay_ms == 0.0
     for piece in plan.pieces[1:]:
-        assert piece.delay_ms == pytest.approx(CHAT.frame_tokens(piece.data) * 20.0)
+        assert piece.delay_ms == pytest.approx(CHAT.faults.frame_tokens(piece.data) * 20.0)
     # a frame's tokens: its text's characters / 4, at least 1 (the finish chunk, [DONE])
     texts = [
         json.loads(p.data[6:])["choices"][0]["delta"].get("content") for p in plan.pieces[1:-2]
     ]
-    assert [CHAT.frame_tokens(p.data) for p in plan.pieces[1:-2]] == [
+    assert [CHAT.faults.frame_tokens(p.data) for p in plan.pieces[1:-2]] == [
         max(1, -(-len(t or "") // 4)) for t in texts
     ]
-    assert [CHAT.frame_tokens(p.data) for p in plan.pieces[-2:]] == [1, 1]
+    assert [CHAT.faults.frame_tokens(p.data) for p in plan.pieces[-2:]] == [1, 1]
 
 
 def test_seeded_jitter_repeats_the_same_gaps() -> None:

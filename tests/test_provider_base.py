@@ -1,5 +1,5 @@
 """The shared provider base and the registry: routes by path, the protocol asking on a shared
-endpoint, the render cache (bounded, by response identity), the error envelope everywhere
+endpoint, rendering (pure, equal for equal render keys), the error envelope everywhere
 (plans, faults, the wire's own errors, the app's 404/405) and the model list."""
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import pytest
 from chaosllm.http.web import error_response
 from chaosllm.model import (
     Exchange,
-    Piece,
     RecordedChunk,
     RecordedRequest,
     RecordedResponse,
-    ResponsePlan,
 )
 from chaosllm.providers import (
     DEFAULT_PROVIDER,
@@ -31,7 +29,7 @@ from chaosllm.providers import (
     provider_for_client,
     provider_for_path,
 )
-from chaosllm.providers.base import ErrorKind, RenderCache
+from chaosllm.providers.base import ErrorKind
 from chaosllm.wire.asgi import Receive, Scope, Send
 from chaosllm.wire.server import WireServer
 
@@ -75,15 +73,15 @@ def test_the_protocol_asking_on_a_shared_endpoint() -> None:
 
 
 def test_models_body_in_each_shape() -> None:
-    assert CHAT.models_body(["a", "b"]) == {
+    assert CHAT.codec.models_body(["a", "b"]) == {
         "object": "list",
         "data": [
             {"id": "a", "object": "model", "created": 0, "owned_by": "chaosllm"},
             {"id": "b", "object": "model", "created": 0, "owned_by": "chaosllm"},
         ],
     }
-    assert RESPONSES.models_body(["a"]) == CHAT.models_body(["a"])
-    listed = ANTHROPIC.models_body(["claude-a", "claude-b"])
+    assert RESPONSES.codec.models_body(["a"]) == CHAT.codec.models_body(["a"])
+    listed = ANTHROPIC.codec.models_body(["claude-a", "claude-b"])
     assert listed["has_more"] is False
     assert (listed["first_id"], listed["last_id"]) == ("claude-a", "claude-b")
     assert listed["data"][0] == {
@@ -92,7 +90,7 @@ def test_models_body_in_each_shape() -> None:
         "display_name": "claude-a",
         "created_at": "1970-01-01T00:00:00Z",
     }
-    assert ANTHROPIC.models_body([])["first_id"] is None
+    assert ANTHROPIC.codec.models_body([])["first_id"] is None
 
 
 # -- the error envelope -----------------------------------------------------------------
@@ -131,7 +129,7 @@ def test_error_body_by_kind_and_by_status() -> None:
         assert json.loads(plan.body()) == provider.error_body(
             400, "bad", kind=ErrorKind.INVALID_REQUEST, param="p"
         )
-        assert provider.error_answer("m", status=429) == provider.error_body(429, "m")
+        assert provider.errors.error_answer("m", status=429) == provider.error_body(429, "m")
 
 
 def test_error_body_for_path_is_the_protocol_on_that_path() -> None:
@@ -242,17 +240,39 @@ def exchange(response: RecordedResponse) -> Exchange:
     )
 
 
-def test_renderings_are_cached_per_response_and_variant() -> None:
+def test_render_is_pure_and_equal_for_equal_render_keys() -> None:
     ex = exchange(RecordedResponse(200, answer("old")))
     plan = CHAT.render(ex, REQUEST, timing=0)
-    assert CHAT.render(ex, REQUEST, timing=0) is plan
-    stream = CHAT.render(ex, {**REQUEST, "stream": True}, timing=0)
-    usage = CHAT.render(
-        ex, {**REQUEST, "stream": True, "stream_options": {"include_usage": True}}, timing=0
-    )
-    assert stream is not plan and usage is not stream
+    assert CHAT.render(ex, REQUEST, timing=0) == plan
+    assert CHAT.render(ex, REQUEST, timing=0) is not plan  # uncached
+    stream_body = {**REQUEST, "stream": True}
+    usage_body = {**stream_body, "stream_options": {"include_usage": True}}
+    stream = CHAT.render(ex, stream_body, timing=0)
+    usage = CHAT.render(ex, usage_body, timing=0)
+    assert stream != plan and usage != stream
     assert usage.frame_count == stream.frame_count + 1
-    assert CHAT.render(ex, {**REQUEST, "stream": True}, timing=0) is stream
+    keys = {CHAT.render_key(ex, body, timing=0) for body in (REQUEST, stream_body, usage_body)}
+    assert len(keys) == 3
+    # what the key leaves out does not change the rendering
+    assert CHAT.render_key(ex, {**REQUEST, "user": "x"}, timing=1) == CHAT.render_key(
+        ex, REQUEST, timing=0
+    )
+    assert CHAT.render(ex, {**stream_body, "user": "x"}, timing=1) == stream
+    assert CHAT.render_key(ex, {**stream_body, "user": "x"}, timing=1) == CHAT.render_key(
+        ex, stream_body, timing=0
+    )
+
+
+def test_render_keys_are_values() -> None:
+    """A render key holds no identity: equal exchanges and requests give equal keys."""
+    body = {**REQUEST, "stream": True}
+    first = exchange(RecordedResponse(200, answer("old")))
+    second = exchange(RecordedResponse(200, answer("old")))
+    assert first.response is not second.response
+    assert CHAT.render_key(first, body, timing=0) == CHAT.render_key(second, body, timing=0)
+    assert hash(CHAT.render_key(first, body, timing=0)) == hash(
+        CHAT.render_key(second, dict(body), timing=0)
+    )
 
 
 def test_an_adapted_exchange_renders_its_own_answer() -> None:
@@ -265,38 +285,15 @@ def test_an_adapted_exchange_renders_its_own_answer() -> None:
     assert b'"old"' in CHAT.render(ex, REQUEST, timing=0).body()
 
 
-def test_recorded_frames_are_cached_per_timing() -> None:
+def test_recorded_frames_render_per_timing() -> None:
     chunks = (RecordedChunk("data: 1\n\n", 100.0), RecordedChunk("data: [DONE]\n\n", 50.0))
     ex = exchange(RecordedResponse(200, answer("x"), stream=True, chunks=chunks))
     body = {**REQUEST, "stream": True}
     slow, fast = CHAT.render(ex, body, timing=1), CHAT.render(ex, body, timing=0)
     assert [p.delay_ms for p in slow.pieces] == [100.0, 50.0]
     assert [p.delay_ms for p in fast.pieces] == [0.0, 0.0]
-    assert CHAT.render(ex, body, timing=1) is slow
-
-
-def _plan(size: int) -> ResponsePlan:
-    return ResponsePlan(status=200, headers=(), pieces=(Piece(b"x" * size, frame=False),))
-
-
-def test_render_cache_is_bounded_by_entries_and_bytes() -> None:
-    cache = RenderCache(max_responses=2, max_bytes=100)
-    responses = [RecordedResponse(200, {"n": i}) for i in range(4)]
-    plans = [_plan(10) for _ in responses]
-    for response, plan in zip(responses, plans, strict=True):
-        cache.put(response, "json", plan)
-    assert len(cache) == 2
-    assert cache.get(responses[0], "json") is None
-    assert cache.get(responses[3], "json") is plans[3]
-    assert cache.get(responses[3], "sse") is None
-    # an equal but different response is not the cached one
-    assert cache.get(RecordedResponse(200, {"n": 3}), "json") is None
-    cache.put(responses[0], "json", _plan(95))  # over the byte budget with the others
-    assert len(cache) == 1 and cache.get(responses[0], "json") is not None
-    cache.put(responses[1], "json", _plan(101))  # larger than the whole budget: not kept
-    assert cache.get(responses[1], "json") is None
-    cache.clear()
-    assert len(cache) == 0
+    assert CHAT.render(ex, body, timing=1) == slow
+    assert CHAT.render_key(ex, body, timing=1) != CHAT.render_key(ex, body, timing=0)
 
 
 @pytest.mark.parametrize("provider", list(PROVIDERS.values()), ids=list(PROVIDERS))

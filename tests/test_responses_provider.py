@@ -233,8 +233,8 @@ def test_output_items_passed_back_match_whatever_their_status() -> None:
     without = copy.deepcopy(with_status)
     del without["input"][1]["status"]
     assert P.digest(with_status) == P.digest(without)
-    assert P.turn_text(with_status) == P.turn_text(without)
-    assert "hi" in P.match_text(with_status)
+    assert P.codec.turn_text(with_status) == P.codec.turn_text(without)
+    assert "hi" in P.codec.match_text(with_status)
 
 
 def test_shipped_digests_are_current() -> None:
@@ -294,8 +294,8 @@ def test_recorded_frames_replay_verbatim() -> None:
 def test_shipped_responses_are_sdk_responses_and_round_trip(name: str) -> None:
     body = recording(name)["response"]["body"]
     assert Response.model_validate(body).status == "completed"
-    frames = P.stream_frames(body)
-    assert P.assemble(frames) == body and P.stream_complete(frames)
+    frames = P.codec.stream_frames(body)
+    assert P.assemble(frames) == body and P.codec.stream_complete(frames)
 
 
 _TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60)
@@ -321,27 +321,27 @@ _ITEM = st.one_of(
 @given(st.lists(_ITEM, max_size=4))
 def test_assemble_inverts_rendering(output: list[dict[str, Any]]) -> None:
     answer = response(*output)
-    frames = P.stream_frames(answer)
+    frames = P.codec.stream_frames(answer)
     assert P.assemble(frames) == answer
     # Without the terminal event, the items are rebuilt from their events.
     rebuilt = P.assemble(frames[:-1])
     assert isinstance(rebuilt, dict) and rebuilt["output"] == output
     assert rebuilt["status"] == "in_progress"
-    assert P.stream_complete(frames) and not P.stream_complete(frames[:-1])
+    assert P.codec.stream_complete(frames) and not P.codec.stream_complete(frames[:-1])
 
 
 def test_stream_complete_on_failure_events() -> None:
-    frames = P.stream_frames(ANSWER)[:3]
-    error = P.stream_error_frame("boom", status=500).decode()
-    assert P.stream_complete([*frames, error])
+    frames = P.codec.stream_frames(ANSWER)[:3]
+    error = P.faults.stream_error_frame("boom", status=500).decode()
+    assert P.codec.stream_complete([*frames, error])
     assert P.assemble([*frames, error]) == {
         "error": {"message": "boom", "type": "server_error", "param": None, "code": "server_error"}
     }
-    failed = P.stream_frames(
+    failed = P.codec.stream_frames(
         {**ANSWER, "status": "failed", "error": {"code": "server_error", "message": "x"}}
     )
-    assert failed[-1].startswith("event: response.failed\n") and P.stream_complete(failed)
-    assert not P.stream_complete([])
+    assert failed[-1].startswith("event: response.failed\n") and P.codec.stream_complete(failed)
+    assert not P.codec.stream_complete([])
 
 
 def test_fallback_is_a_response() -> None:
@@ -379,7 +379,7 @@ def test_every_fault_type_applies_to_both_kinds_of_request() -> None:
 
 def test_answer_frames_are_those_before_response_completed() -> None:
     plan = stream_plan(ANSWER)
-    count = P.answer_frame_count(plan)
+    count = P.faults.answer_frame_count(plan)
     assert count == len(plan.pieces) - 1
     assert events(plan)[count]["type"] == "response.completed"
 
@@ -391,7 +391,7 @@ def test_cuts_never_keep_response_completed(kind: str) -> None:
     plan, out = fault(kind, ANSWER, True, after_chunks=1000)
     kept = [p for p in out.pieces if p.data.startswith(b"event:")]
     assert len(kept) == len(plan.pieces) - 1
-    assert not P.stream_complete([p.data.decode() for p in kept])
+    assert not P.codec.stream_complete([p.data.decode() for p in kept])
     _, out = fault(kind, ANSWER, True, after_chunks=3)
     assert [e["type"] for e in events(out.with_(pieces=out.pieces[:3]))] == [
         "response.created",
@@ -472,5 +472,5 @@ def test_malformed_tool_args_in_the_argument_deltas() -> None:
 
 def test_malformed_tool_args_does_not_apply_without_function_calls() -> None:
     plan, ctx = context(ANSWER, True)
-    assert P.break_tool_arguments(ANSWER) is None
+    assert P.faults.break_tool_arguments(ANSWER) is None
     assert apply_fault(parse_fault_spec({"type": "malformed_tool_args"}), plan, ctx) is None

@@ -118,9 +118,9 @@ def test_every_rendered_stream_reads_back_through_the_codec(
 ) -> None:
     p = PROVIDERS[data.get("provider", "openai.chat")]
     body: Any = data["response"]["body"]
-    if not p.is_answer(body):
+    if not p.codec.is_answer(body):
         pytest.skip("not an answer body")
-    if not p.is_stream(SSE_HEADERS[0][1]):
+    if not p.codec.is_stream(SSE_HEADERS[0][1]):
         pytest.skip("its stream is not SSE")
     request = {**data["request"]["body"], "stream": True}
     exchange = Exchange(
@@ -141,4 +141,4 @@ def test_every_rendered_stream_reads_back_through_the_codec(
     for event, payload in iter_events(frames):
         if event is not None:  # a named event is named by its payload's type
             assert json.loads(payload)["type"] == event
-    assert p.stream_complete(frames) and not p.stream_complete(frames[:-1])
+    assert p.codec.stream_complete(frames) and not p.codec.stream_complete(frames[:-1])

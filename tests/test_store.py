@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chaosllm.errors import InvalidFaultSpec, RecordingError, UnsafePath
-from chaosllm.providers.openai_chat import OpenAIChat
+from chaosllm.providers.openai_chat import OpenAIChat, OpenAIChatCodec
 from chaosllm.store import recordings
 from chaosllm.store.formats import native
 from chaosllm.store.profiles import list_profiles, load_profile
@@ -24,6 +24,7 @@ from chaosllm.store.recordings import (
 from tests.helpers import write
 
 P = OpenAIChat()
+CODEC = OpenAIChatCodec()  # typed: its stream_frames takes include_usage
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 ANSWER = {
     "id": "chatcmpl-1",
@@ -82,7 +83,7 @@ def test_corrupt_files_are_reported_and_the_rest_loads(tmp_path: Path) -> None:
 
 
 def test_missing_body_is_assembled_from_chunks(tmp_path: Path) -> None:
-    frames = P.stream_frames(ANSWER, include_usage=False)
+    frames = CODEC.stream_frames(ANSWER, include_usage=False)
     write(
         tmp_path / "s" / "0001.json",
         recording(

@@ -14,7 +14,7 @@ import pytest
 from chaosllm import ChaosServer
 from chaosllm.model import Exchange, RecordedChunk, RecordedRequest, RecordedResponse
 from chaosllm.providers import OpenAIChat
-from chaosllm.providers.openai_chat import sse_frame
+from chaosllm.providers.openai_chat import OpenAIChatCodec, sse_frame
 from chaosllm.store.templating import (
     WORKSPACE_TOKEN,
     adapt,
@@ -26,6 +26,7 @@ from chaosllm.store.templating import (
 from tests.helpers import chat_messages, openai_client
 
 P = OpenAIChat()
+CODEC = OpenAIChatCodec()  # typed: its stream_frames takes include_usage
 LIVE = "/tmp/chaos-run-42/workspace"
 SYSTEM = {"role": "system", "content": "You are a coding agent. Work in the workspace."}
 
@@ -62,7 +63,7 @@ def write_recording(
     response: dict[str, Any] = {"status": 200, "body": answer}
     if stream:
         response["chunks"] = [
-            {"data": f, "delay_ms": 0} for f in P.stream_frames(answer, include_usage=False)
+            {"data": f, "delay_ms": 0} for f in CODEC.stream_frames(answer, include_usage=False)
         ]
     path = root / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,7 +241,7 @@ def test_adapt_rewrites_stream_frames_or_falls_back_to_the_body() -> None:
     ]
     assert json.loads(arguments)["path"] == f"{LIVE}/notes/todo.txt"
     # A token whole inside one frame is rewritten in place: the frames are kept.
-    whole = P.stream_frames(
+    whole = CODEC.stream_frames(
         completion({"content": f"Saved to {WORKSPACE_TOKEN}."}), include_usage=False
     )
     whole = ["".join(whole[:-2]), *whole[-2:]]  # role and content deltas in one chunk

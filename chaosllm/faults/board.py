@@ -18,7 +18,7 @@ concurrency. ``ttl_ms`` disarms a fault once that many milliseconds (on the boar
 
 Request facts. ``match.contains`` and ``match.tool`` read the request body (its last
 user message, the tools it offers) and the answer (the tools it calls) through the
-provider (`Provider.last_user_text`, `tool_names`, `called_tool_names`), only when a
+provider (`FaultHooks.last_user_text`, `tool_names`, `called_tool_names`), only when a
 fault armed for the request asks, and once per request. Before the upstream has
 answered (`RequestInfo.answer_known` false), a ``tool`` the request does not offer
 may still be called by the answer: `may_fire` says the fault may fire (the proxy then
@@ -112,7 +112,9 @@ class _Facts:
         """The text of the request's last user message."""
         if self._text is self._UNREAD:
             r = self._request
-            self._text = r.provider.last_user_text(r.body) if r.provider is not None else None
+            self._text = (
+                r.provider.faults.last_user_text(r.body) if r.provider is not None else None
+            )
         text: str | None = self._text
         return text
 
@@ -120,7 +122,9 @@ class _Facts:
         """The tools the request offers."""
         if self._offered is None:
             r = self._request
-            self._offered = r.provider.tool_names(r.body) if r.provider is not None else frozenset()
+            self._offered = (
+                r.provider.faults.tool_names(r.body) if r.provider is not None else frozenset()
+            )
         return self._offered
 
     def tools(self) -> frozenset[str]:
@@ -128,7 +132,7 @@ class _Facts:
         if self._tools is None:
             r = self._request
             called = (
-                r.provider.called_tool_names(r.answer)
+                r.provider.faults.called_tool_names(r.answer)
                 if r.provider is not None and r.answer_known
                 else frozenset()
             )

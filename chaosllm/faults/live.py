@@ -14,7 +14,7 @@ it when the upstream's stream ended before that. Fed the frames of a stream, a m
 gives the pieces and the ending `apply_fault` gives the plan of the same frames
 (``tests/test_live_faults_property.py`` checks it with hypothesis for every type). For
 ``malformed_tool_args`` each protocol says how its frames break
-(`Provider.break_argument_deltas`, with one stream's `ArgumentCuts`): where arguments
+(`FaultHooks.break_argument_deltas`, with one stream's `ArgumentCuts`): where arguments
 stream as deltas (Chat Completions and Azure, Anthropic's ``input_json_delta``, the
 Responses API's ``function_call_arguments.delta``, Bedrock's ``toolUse.input``) the
 first delta of each call is cut and the later ones dropped, a restatement of the whole
@@ -127,9 +127,9 @@ def run_live(machine: LiveFault, frames: list[bytes]) -> tuple[tuple[Piece, ...]
 
 def _finishes(provider: Provider, frame: bytes) -> bool:
     """Whether a frame is one that finishes the answer (finish chunk, usage, terminator),
-    as the whole-plan cut counts them (`Provider.answer_frame_count`)."""
+    as the whole-plan cut counts them (`FaultHooks.answer_frame_count`)."""
     plan = ResponsePlan(status=200, headers=(), pieces=(Piece(frame),))
-    return provider.answer_frame_count(plan) == 0
+    return provider.faults.answer_frame_count(plan) == 0
 
 
 @dataclass(slots=True)
@@ -191,7 +191,7 @@ def stall(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
 
 
 def error_in_200(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
-    frame = Piece(ctx.provider.stream_error_frame(_message(spec, 200), status=500))
+    frame = Piece(ctx.provider.faults.stream_error_frame(_message(spec, 200), status=500))
     return Cut(ctx.provider, spec.param("after_chunks"), lambda _: LiveEnd((frame,)))
 
 
@@ -203,19 +203,19 @@ def garbage(spec: FaultSpec, ctx: LiveContext) -> LiveFault:
         sent = noise
         if data is None and frame is not None:
             # A checksummed framing's garbage: its next frame, garbled.
-            sent = ctx.provider.corrupt_frame(frame) or noise
+            sent = ctx.provider.faults.corrupt_frame(frame) or noise
         return LiveEnd((Piece(sent),), Ending.CLOSE)
 
     return Cut(ctx.provider, spec.param("after_chunks"), at)
 
 
 def overloaded(spec: FaultSpec, ctx: LiveContext) -> LiveFault | None:
-    """K frames, then the protocol's overload error event (`Provider.failure_frame`);
+    """K frames, then the protocol's overload error event (`FaultHooks.failure_frame`);
     without ``after_chunks`` the overload is a status before any frame: not live."""
     after_chunks = spec.param("after_chunks")
     if after_chunks is None:
         return None
-    data = ctx.provider.failure_frame(Failure.OVERLOADED, ctx.request, spec.param("message"))
+    data = ctx.provider.faults.failure_frame(Failure.OVERLOADED, ctx.request, spec.param("message"))
     return Cut(ctx.provider, after_chunks, lambda _: LiveEnd((Piece(data),)))
 
 
@@ -273,7 +273,7 @@ class _BrokenArguments:
     cuts: _Cuts = field(default_factory=_Cuts)
 
     def feed(self, frame: bytes) -> Step:
-        broken = self.provider.break_argument_deltas(frame, self.cuts)
+        broken = self.provider.faults.break_argument_deltas(frame, self.cuts)
         if broken is None or broken == frame:
             return Step((Piece(frame),))
         if _finishes(self.provider, broken) and not _finishes(self.provider, frame):
@@ -285,12 +285,12 @@ class _BrokenArguments:
 
     def shows(self, frame: bytes) -> bool:
         look = _Look()
-        broken = self.provider.break_argument_deltas(frame, look)
+        broken = self.provider.faults.break_argument_deltas(frame, look)
         return look.found or (broken is not None and broken != frame)
 
 
 def malformed_tool_args(spec: FaultSpec, ctx: LiveContext) -> LiveFault | None:
-    if ctx.provider.break_argument_deltas(b"", _Look()) is None:
+    if ctx.provider.faults.break_argument_deltas(b"", _Look()) is None:
         return None  # this protocol's deltas cannot be broken one frame at a time
     return _BrokenArguments(ctx.provider)
 

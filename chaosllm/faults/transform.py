@@ -100,12 +100,12 @@ def is_object(provider: Provider, answer: JSON) -> bool:
 
 
 def has_tool_arguments(provider: Provider, answer: JSON) -> bool:
-    return isinstance(answer, dict) and provider.break_tool_arguments(answer) is not None
+    return isinstance(answer, dict) and provider.faults.break_tool_arguments(answer) is not None
 
 
 def can_filter(provider: Provider, answer: JSON) -> bool:
-    """An answer the protocol's content filter can cut (`Provider.filtered_answer`)."""
-    return isinstance(answer, dict) and provider.filtered_answer(answer) is not None
+    """An answer the protocol's content filter can cut (`FaultHooks.filtered_answer`)."""
+    return isinstance(answer, dict) and provider.faults.filtered_answer(answer) is not None
 
 
 def any_request(provider: Provider, request: JSON, stream: bool) -> bool:
@@ -113,8 +113,8 @@ def any_request(provider: Provider, request: JSON, stream: bool) -> bool:
 
 
 def sse_stream(provider: Provider, request: JSON, stream: bool) -> bool:
-    """A streaming request answered with Server-Sent Events (`Provider.streams_sse`)."""
-    return stream and provider.streams_sse(request)
+    """A streaming request answered with Server-Sent Events (`FaultHooks.streams_sse`)."""
+    return stream and provider.faults.streams_sse(request)
 
 
 def has_non_ascii(provider: Provider, answer: JSON) -> bool:
@@ -123,15 +123,15 @@ def has_non_ascii(provider: Provider, answer: JSON) -> bool:
 
 
 def has_usage_frame(provider: Provider, answer: JSON) -> bool:
-    return provider.usage_frame(answer) is not None
+    return provider.faults.usage_frame(answer) is not None
 
 
 def has_filter_frames(provider: Provider, answer: JSON) -> bool:
-    return provider.filter_frames(answer) is not None
+    return provider.faults.filter_frames(answer) is not None
 
 
 def restates_arguments(provider: Provider, answer: JSON) -> bool:
-    return provider.restated_arguments(answer) is not None
+    return provider.faults.restated_arguments(answer) is not None
 
 
 def _non_ascii(value: JSON) -> bool:
@@ -161,7 +161,7 @@ def _message(spec: FaultSpec, status: int) -> str:
 def _error_plan(
     spec: FaultSpec, ctx: FaultContext, status: int, retry_after: float | None
 ) -> ResponsePlan:
-    body = ctx.provider.error_answer(_message(spec, status), status=status)
+    body = ctx.provider.errors.error_answer(_message(spec, status), status=status)
     headers = [("content-type", "application/json"), *ctx.provider.error_headers(status)]
     if retry_after is not None:
         # Retry-After is whole seconds: round up, so a client that honours it never
@@ -178,7 +178,7 @@ def _error_plan(
 
 
 def _cut(plan: ResponsePlan, ctx: FaultContext, after_chunks: int) -> tuple[Piece, ...]:
-    keep = min(after_chunks, ctx.provider.answer_frame_count(plan))
+    keep = min(after_chunks, ctx.provider.faults.answer_frame_count(plan))
     return plan.pieces[:keep]
 
 
@@ -205,11 +205,11 @@ def _body_prefix(plan: ResponsePlan, after_bytes: int | None) -> tuple[Piece, ..
 
 
 def empty_response(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
-    return ctx.render(ctx.provider.empty_answer(ctx.answer))
+    return ctx.render(ctx.provider.faults.empty_answer(ctx.answer))
 
 
 def malformed_tool_args(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
-    broken = ctx.provider.break_tool_arguments(ctx.answer)
+    broken = ctx.provider.faults.break_tool_arguments(ctx.answer)
     assert broken is not None, "apply_fault checks has_tool_arguments first"
     return ctx.render(broken)
 
@@ -248,10 +248,10 @@ def error_in_200(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Resp
     message = _message(spec, 200)
     if _streaming(plan, ctx):
         kept = _cut(plan, ctx, spec.param("after_chunks"))
-        data = ctx.provider.stream_error_frame(message, status=500)
-        frame = Piece(ctx.provider.framed_error(data, plan, len(kept)))
+        data = ctx.provider.faults.stream_error_frame(message, status=500)
+        frame = Piece(ctx.provider.faults.framed_error(data, plan, len(kept)))
         return plan.with_(status=200, pieces=(*kept, frame))
-    body = json.dumps(ctx.provider.error_answer(message, status=500)).encode("utf-8")
+    body = json.dumps(ctx.provider.errors.error_answer(message, status=500)).encode("utf-8")
     return plan.with_(status=200, pieces=(Piece(body, frame=False),), content_length=None)
 
 
@@ -309,18 +309,18 @@ def garbage(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponseP
         kept = _cut(plan, ctx, spec.param("after_chunks"))
         if data is None and len(kept) < len(plan.pieces):
             # A checksummed framing's garbage: its next frame, garbled (the checksum fails).
-            noise = ctx.provider.corrupt_frame(plan.pieces[len(kept)].data) or noise
+            noise = ctx.provider.faults.corrupt_frame(plan.pieces[len(kept)].data) or noise
         return plan.with_(pieces=(*kept, Piece(noise)), ending=Ending.CLOSE)
     return plan.with_(send_head=False, pieces=(Piece(noise, frame=False),), ending=Ending.CLOSE)
 
 
-# -- the named failure classes (`Failure`: each protocol words them, `Provider.failure`) ----
+# -- the named failure classes (`Failure`: each protocol words them, `Errors.failure`) ----
 
 
 def _failure_plan(
     spec: FaultSpec, ctx: FaultContext, failure: Failure, retry_after: float | None = None
 ) -> ResponsePlan:
-    reply = ctx.provider.failure(failure, ctx.request, spec.param("message"))
+    reply = ctx.provider.errors.failure(failure, ctx.request, spec.param("message"))
     headers = [("content-type", "application/json"), *reply.headers]
     if retry_after is not None:
         headers.append(("retry-after", str(math.ceil(retry_after))))
@@ -353,14 +353,16 @@ def overloaded(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Respon
     after_chunks = spec.param("after_chunks")
     if after_chunks is not None and _streaming(plan, ctx):
         kept = _cut(plan, ctx, after_chunks)
-        data = ctx.provider.failure_frame(Failure.OVERLOADED, ctx.request, spec.param("message"))
-        frame = Piece(ctx.provider.framed_error(data, plan, len(kept)))
+        data = ctx.provider.faults.failure_frame(
+            Failure.OVERLOADED, ctx.request, spec.param("message")
+        )
+        frame = Piece(ctx.provider.faults.framed_error(data, plan, len(kept)))
         return plan.with_(pieces=(*kept, frame))
     return _failure_plan(spec, ctx, Failure.OVERLOADED, spec.param("retry_after"))
 
 
 def content_filter(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
-    filtered = ctx.provider.filtered_answer(ctx.answer)
+    filtered = ctx.provider.faults.filtered_answer(ctx.answer)
     assert filtered is not None, "apply_fault checks can_filter first"
     return ctx.render(filtered)
 
@@ -370,7 +372,7 @@ def content_filter(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Re
 
 def paced(plan: ResponsePlan, pace: Pace, provider: Provider, draw_key: str) -> ResponsePlan:
     """`plan` at `pace`: a stream's first piece after the ttft, each later frame after its
-    tokens (`Provider.frame_tokens`) at ``tps`` (pieces that are no frame: none), a JSON
+    tokens (`FaultHooks.frame_tokens`) at ``tps`` (pieces that are no frame: none), a JSON
     answer's head after the ttft and its whole text's tokens; every gap scaled by a factor
     drawn from [1 - jitter, 1 + jitter] by ``Random(draw_key)``, so the same key gives the
     same gaps. The rendered gaps are replaced; ``head_delay_ms`` and a fault's are kept."""
@@ -387,7 +389,7 @@ def paced(plan: ResponsePlan, pace: Pace, provider: Provider, draw_key: str) -> 
         answer_ms = 0.0
         if per_token:
             try:
-                answer_ms = provider.text_tokens(json.loads(plan.body())) * per_token
+                answer_ms = provider.faults.text_tokens(json.loads(plan.body())) * per_token
             except ValueError:
                 answer_ms = 0.0
         return plan.with_(head_delay_ms=plan.head_delay_ms + scaled(pace.ttft_ms + answer_ms))
@@ -396,7 +398,7 @@ def paced(plan: ResponsePlan, pace: Pace, provider: Provider, draw_key: str) -> 
         if i == 0:
             gap = pace.ttft_ms
         else:
-            gap = provider.frame_tokens(piece.data) * per_token if piece.frame else 0.0
+            gap = provider.faults.frame_tokens(piece.data) * per_token if piece.frame else 0.0
         pieces.append(Piece(piece.data, scaled(gap), piece.frame))
     return plan.with_(pieces=tuple(pieces))
 
@@ -502,15 +504,19 @@ def _before_the_end(pieces: tuple[Piece, ...], extra: Piece) -> tuple[Piece, ...
 
 def usage_only_frame(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     pieces = _stream_pieces(plan, ctx)
-    frame = ctx.provider.usage_frame(ctx.answer)
-    if not pieces or frame is None or any(ctx.provider.carries_usage(p.data) for p in pieces):
+    frame = ctx.provider.faults.usage_frame(ctx.answer)
+    if (
+        not pieces
+        or frame is None
+        or any(ctx.provider.faults.carries_usage(p.data) for p in pieces)
+    ):
         return plan  # asked for: the usage frame is there already
     return plan.with_(pieces=_before_the_end(pieces, Piece(frame)))
 
 
 def filter_frames(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     pieces = _stream_pieces(plan, ctx)
-    frames = ctx.provider.filter_frames(ctx.answer)
+    frames = ctx.provider.faults.filter_frames(ctx.answer)
     if not pieces or frames is None:
         return plan
     first, last = frames
@@ -519,9 +525,9 @@ def filter_frames(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Res
 
 def restated_tool_args(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     pieces = _stream_pieces(plan, ctx)
-    arguments = ctx.provider.restated_arguments(ctx.answer)
+    arguments = ctx.provider.faults.restated_arguments(ctx.answer)
     if not pieces or arguments is None:
         return plan
-    restate = ctx.provider.restate_arguments
+    restate = ctx.provider.faults.restate_arguments
     out = tuple(Piece(restate(p.data, arguments), p.delay_ms) if p.frame else p for p in pieces)
     return plan.with_(pieces=out)

@@ -149,7 +149,7 @@ async def azure_embeddings(request: Request) -> Response:
 async def models(request: Request) -> Response:
     """The models in the recordings, in the list shape of the SDK that asks."""
     provider = provider_for_client(request.headers.keys())
-    return JSONResponse(provider.models_body(chaos_state(request).store.models()))
+    return JSONResponse(provider.codec.models_body(chaos_state(request).store.models()))
 
 
 async def health(request: Request) -> Response:

@@ -63,7 +63,7 @@ def _endpoint(method: str) -> Callable[[Request], Any]:
 async def models_v1beta(request: Request) -> Response:
     """The models of the recordings, in Gemini's list shape."""
     provider = PROVIDERS[_PROVIDER]
-    return JSONResponse(provider.models_body(chaos_state(request).store.models()))
+    return JSONResponse(provider.codec.models_body(chaos_state(request).store.models()))
 
 
 def gemini_routes() -> list[Route]:

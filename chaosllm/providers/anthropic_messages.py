@@ -39,19 +39,15 @@ from typing import Any
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 from chaosllm.providers import facts
-from chaosllm.providers.base import (
-    ArgumentCuts,
-    ErrorKind,
-    Failure,
-    Provider,
-    estimated_tokens,
-    filtered_blocks,
-    text_pieces,
-    type_name,
-)
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
+from chaosllm.providers.errors import Errors
+from chaosllm.providers.failures import ErrorKind, Failure
+from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
 from chaosllm.providers.ratelimits import RateLimitState, rfc3339
 from chaosllm.providers.sse import event_frame, event_types, iter_events, one_event
+from chaosllm.providers.text import estimated_tokens, filtered_blocks, text_pieces, type_name
 
 __all__ = ["AnthropicMessages", "iter_events", "sse_event"]
 
@@ -132,15 +128,10 @@ def _list_type(value: object) -> str:
     return type_name(value, array="a list")
 
 
-class AnthropicMessages(Provider):
-    """The `anthropic.messages` provider (``POST /v1/messages``)."""
+class AnthropicMessagesCodec(Codec):
+    """`AnthropicMessages`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "anthropic.messages"
-    paths = ("/v1/messages",)
     conversation = ANTHROPIC_CHECKS
-    client_header = "anthropic-version"
-    arguments_key = "input"
-    finishing_events = frozenset({"message_delta", "message_stop", "error"})
     minted_prefixes = ("msg_", "toolu_", "srvtoolu_")
 
     # -- requests ---------------------------------------------------------------
@@ -221,7 +212,7 @@ class AnthropicMessages(Provider):
     def is_answer(self, body: JSON) -> bool:
         return isinstance(body, dict) and body.get("type") == "message"
 
-    def json_answer(self, body: JSON) -> JSON:
+    def _json_answer(self, body: JSON) -> JSON:
         """A broken tool input (a string, see the module doc) is what the API returns for a
         tool call cut off by max_tokens: an empty object."""
         return _json_body(body)
@@ -256,35 +247,6 @@ class AnthropicMessages(Provider):
         )
         frames.append(event_frame({"type": "message_stop"}))
         return frames
-
-    def envelope(
-        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
-    ) -> dict[str, Any]:
-        """``{"type": "error", "error": {"type", "message"}}`` (no code, no param; a miss,
-        chaosllm's own, also says its ``code``, so that it cannot pass for a wrong model)."""
-        type_ = _KIND_TYPES.get(kind or "") or _error_type(status)
-        error = {"type": type_, "message": message}
-        if kind == ErrorKind.NO_MATCH and code is not None:
-            error["code"] = code
-        return {"type": "error", "error": error}
-
-    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
-        """``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
-        remaining,reset}``, resets as RFC 3339 times."""
-        headers: list[tuple[str, str]] = []
-        for name, meter in (
-            ("requests", state.requests),
-            ("tokens", state.tokens),
-            ("input-tokens", state.input_tokens),
-            ("output-tokens", state.output_tokens),
-        ):
-            if meter is not None:
-                headers += [
-                    (f"anthropic-ratelimit-{name}-limit", str(meter.limit)),
-                    (f"anthropic-ratelimit-{name}-remaining", str(meter.remaining)),
-                    (f"anthropic-ratelimit-{name}-reset", rfc3339(state.wall + meter.reset)),
-                ]
-        return tuple(headers)
 
     def models_body(self, model_ids: Sequence[str]) -> JSON:
         """Anthropic's own list shape (what its SDK's ``models.list`` reads)."""
@@ -338,10 +300,94 @@ class AnthropicMessages(Provider):
     def stream_complete(self, frames: Sequence[str]) -> bool:
         return any(kind in ("message_stop", "error") for kind in event_types(frames))
 
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        return {
+            "id": "msg_chaosllm" + digest[:24],
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "") if isinstance(body, dict) else "",
+            "content": [
+                {
+                    "type": "text",
+                    "text": f"[chaosllm fallback] No recording matches this request "
+                    f"(digest {digest}).",
+                }
+            ],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+
+
+class AnthropicMessagesErrors(Errors):
+    """`AnthropicMessages`'s errors: its envelope, its failure classes, its rate-limit headers."""
+
+    codec: AnthropicMessagesCodec
+
+    def _envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """``{"type": "error", "error": {"type", "message"}}`` (no code, no param; a miss,
+        chaosllm's own, also says its ``code``, so that it cannot pass for a wrong model)."""
+        type_ = _KIND_TYPES.get(kind or "") or _error_type(status)
+        error = {"type": type_, "message": message}
+        if kind == ErrorKind.NO_MATCH and code is not None:
+            error["code"] = code
+        return {"type": "error", "error": error}
+
+    def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
+        """``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
+        remaining,reset}``, resets as RFC 3339 times."""
+        headers: list[tuple[str, str]] = []
+        for name, meter in (
+            ("requests", state.requests),
+            ("tokens", state.tokens),
+            ("input-tokens", state.input_tokens),
+            ("output-tokens", state.output_tokens),
+        ):
+            if meter is not None:
+                headers += [
+                    (f"anthropic-ratelimit-{name}-limit", str(meter.limit)),
+                    (f"anthropic-ratelimit-{name}-remaining", str(meter.remaining)),
+                    (f"anthropic-ratelimit-{name}-reset", rfc3339(state.wall + meter.reset)),
+                ]
+        return tuple(headers)
+
+    def failure_status(self, failure: Failure) -> int:
+        """529 for an overload; a spent credit balance is a 400."""
+        return _FAILURE_STATUSES.get(failure) or super().failure_status(failure)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.CONTEXT_TOO_LONG:
+            tokens = CONTEXT_WINDOW + estimated_tokens(request)
+            return f"prompt is too long: {tokens} tokens > {CONTEXT_WINDOW} maximum"
+        if failure is Failure.QUOTA_EXHAUSTED:
+            return (
+                "Your credit balance is too low to access the Anthropic API. Please go to "
+                "Plans & Billing to upgrade or purchase credits."
+            )
+        if failure is Failure.KEY_REFUSED:
+            return "invalid x-api-key"
+        if failure is Failure.NO_SUCH_MODEL:
+            return f"model: {self.codec.model_of(request)}"
+        return "Overloaded"
+
+
+class AnthropicMessagesFaults(FaultHooks):
+    """`AnthropicMessages`'s fault hooks: how its streams end and its answers break."""
+
+    codec: AnthropicMessagesCodec
+    errors: AnthropicMessagesErrors
+
+    arguments_key = "input"
+    finishing_events = frozenset({"message_delta", "message_stop", "error"})
+
     # -- what faults need -------------------------------------------------------
 
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
-        return event_frame(self.error_answer(message, status=status)).encode("utf-8")
+        return event_frame(self.errors.error_answer(message, status=status)).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
@@ -374,7 +420,7 @@ class AnthropicMessages(Provider):
             broken["stop_reason"] = "max_tokens"
         return broken
 
-    # -- the named failure classes ----------------------------------------------
+    # -- broken tool arguments on a live stream ----------------------------------
 
     def break_argument_deltas(self, frame: bytes, cut: ArgumentCuts) -> bytes | None:
         """Each ``input_json_delta``'s ``partial_json`` as ``cut(block index, text)``, and
@@ -402,28 +448,9 @@ class AnthropicMessages(Provider):
         data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
         return f"event: {name or kind}\ndata: {data}\n\n".encode()
 
-    def failure_status(self, failure: Failure) -> int:
-        """529 for an overload; a spent credit balance is a 400."""
-        return _FAILURE_STATUSES.get(failure) or super().failure_status(failure)
-
-    def failure_message(self, failure: Failure, request: JSON) -> str:
-        if failure is Failure.CONTEXT_TOO_LONG:
-            tokens = CONTEXT_WINDOW + estimated_tokens(request)
-            return f"prompt is too long: {tokens} tokens > {CONTEXT_WINDOW} maximum"
-        if failure is Failure.QUOTA_EXHAUSTED:
-            return (
-                "Your credit balance is too low to access the Anthropic API. Please go to "
-                "Plans & Billing to upgrade or purchase credits."
-            )
-        if failure is Failure.KEY_REFUSED:
-            return "invalid x-api-key"
-        if failure is Failure.NO_SUCH_MODEL:
-            return f"model: {self.model_of(request)}"
-        return "Overloaded"
-
     def filtered_answer(self, answer: JSON) -> JSON | None:
         """``stop_reason: "refusal"``: the text blocks cut (`filtered_text`), no tool use."""
-        if not self.is_answer(answer):
+        if not self.codec.is_answer(answer):
             return None
         assert isinstance(answer, dict)
         filtered = copy.deepcopy(answer)
@@ -431,25 +458,15 @@ class AnthropicMessages(Provider):
         filtered.update(content=blocks, stop_reason="refusal", stop_sequence=None)
         return filtered
 
-    # -- fallback ---------------------------------------------------------------
 
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        return {
-            "id": "msg_chaosllm" + digest[:24],
-            "type": "message",
-            "role": "assistant",
-            "model": body.get("model", "") if isinstance(body, dict) else "",
-            "content": [
-                {
-                    "type": "text",
-                    "text": f"[chaosllm fallback] No recording matches this request "
-                    f"(digest {digest}).",
-                }
-            ],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
+class AnthropicMessages(Provider):
+    """The `anthropic.messages` provider (``POST /v1/messages``)."""
+
+    parts = Parts(AnthropicMessagesCodec, AnthropicMessagesErrors, AnthropicMessagesFaults)
+
+    name = "anthropic.messages"
+    paths = ("/v1/messages",)
+    client_header = "anthropic-version"
 
 
 def _json_body(body: JSON) -> JSON:

@@ -38,10 +38,21 @@ from urllib.parse import parse_qs
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
-from chaosllm.providers.base import Failure
-from chaosllm.providers.openai_chat import OpenAIChat, data_chunks
-from chaosllm.providers.openai_common import OpenAIProvider
-from chaosllm.providers.openai_responses import OpenAIResponses
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.failures import Failure
+from chaosllm.providers.openai_chat import (
+    OpenAIChat,
+    OpenAIChatCodec,
+    OpenAIChatFaults,
+    data_chunks,
+)
+from chaosllm.providers.openai_common import OpenAIErrors
+from chaosllm.providers.openai_responses import (
+    OpenAIResponses,
+    OpenAIResponsesCodec,
+    OpenAIResponsesErrors,
+    OpenAIResponsesFaults,
+)
 from chaosllm.providers.ratelimits import RateLimitState
 from chaosllm.providers.sse import data_frame
 
@@ -89,29 +100,16 @@ _FAILURES: Mapping[Failure, tuple[str | None, str | None]] = {
 (None: OpenAI's; a request too long is OpenAI's 400, passed on)."""
 
 
-class _Azure(OpenAIProvider):
-    """What every Azure protocol shares: the deployment as the model, Azure's errors."""
+class _AzureErrors(OpenAIErrors):
+    """`_Azure`'s errors: its envelope, its failure classes, its rate-limit headers."""
 
-    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
-        deployment = params.get("deployment")
-        if deployment is None or not isinstance(body, dict):
-            return body  # a v1 path (the body names the model), or a body validate refuses
-        if not parse_qs(query).get("api-version"):
-            raise InvalidRequest(
-                "Missing required query parameter 'api-version': Azure OpenAI's deployment "
-                "paths need one (e.g. ?api-version=2024-10-21).",
-                code="missing_api_version",
-                param="api-version",
-            )
-        return {**body, "model": deployment}
-
-    def envelope(
+    def _envelope(
         self, status: int, message: str, kind: str | None, code: str | None, param: str | None
     ) -> dict[str, Any]:
         if kind is not None or status == 400:
             # chaosllm's own errors and refused requests: OpenAI's shape, as Azure passes
             # the model's validation errors on.
-            return super().envelope(status, message, kind, code, param)
+            return super()._envelope(status, message, kind, code, param)
         return {
             "error": {
                 "code": code or AZURE_ERROR_CODES.get(status, str(status)),
@@ -123,9 +121,9 @@ class _Azure(OpenAIProvider):
         _, message = _FAILURES.get(failure, (None, None))
         return message or super().failure_message(failure, request)
 
-    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+    def _failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
         """Azure's envelope (``{"error": {"code", "message"}}``), OpenAI's for a 400."""
-        body = super().failure_body(failure, message, status=status)
+        body = super()._failure_body(failure, message, status=status)
         if failure not in _FAILURES:
             return body
         code, _ = _FAILURES[failure]
@@ -142,14 +140,25 @@ class _Azure(OpenAIProvider):
         return tuple(headers)
 
 
-class AzureChat(_Azure, OpenAIChat):
-    """The `azure.chat` provider: Chat Completions on Azure, with content filtering."""
+class _Azure(Provider):
+    """What every Azure protocol shares: the deployment as the model, Azure's errors."""
 
-    name = "azure.chat"
-    paths: ClassVar[tuple[str, ...]] = ("/openai/v1/chat/completions",)
-    path_templates: ClassVar[tuple[str, ...]] = (
-        "/openai/deployments/{deployment}/chat/completions",
-    )
+    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
+        deployment = params.get("deployment")
+        if deployment is None or not isinstance(body, dict):
+            return body  # a v1 path (the body names the model), or a body validate refuses
+        if not parse_qs(query).get("api-version"):
+            raise InvalidRequest(
+                "Missing required query parameter 'api-version': Azure OpenAI's deployment "
+                "paths need one (e.g. ?api-version=2024-10-21).",
+                code="missing_api_version",
+                param="api-version",
+            )
+        return {**body, "model": deployment}
+
+
+class AzureChatCodec(OpenAIChatCodec):
+    """`AzureChat`'s codec: its requests' canonical form, its answers' framing."""
 
     def stream_frames(
         self, completion: Mapping[str, Any], *, include_usage: bool = False
@@ -208,6 +217,13 @@ class AzureChat(_Azure, OpenAIChat):
             completion[_PROMPT_FILTERS] = prompt
         return completion
 
+
+class AzureChatFaults(OpenAIChatFaults):
+    """`AzureChat`'s fault hooks: how its streams end and its answers break."""
+
+    codec: AzureChatCodec
+    errors: _AzureErrors
+
     def filtered_answer(self, answer: JSON) -> JSON | None:
         """OpenAI's cut answer, each choice's filter results marking it filtered (a
         category ``filtered: true``, severity ``high``)."""
@@ -234,8 +250,28 @@ class AzureChat(_Azure, OpenAIChat):
         return super().frame_finishes(frame)
 
 
+class AzureChat(_Azure, OpenAIChat):
+    """The `azure.chat` provider: Chat Completions on Azure, with content filtering."""
+
+    parts = Parts(AzureChatCodec, _AzureErrors, AzureChatFaults)
+
+    name = "azure.chat"
+    paths: ClassVar[tuple[str, ...]] = ("/openai/v1/chat/completions",)
+    path_templates: ClassVar[tuple[str, ...]] = (
+        "/openai/deployments/{deployment}/chat/completions",
+    )
+
+
+class AzureResponsesErrors(_AzureErrors, OpenAIResponsesErrors):
+    """`AzureResponses`'s errors: its envelope, its failure classes, its rate-limit headers."""
+
+    codec: OpenAIResponsesCodec
+
+
 class AzureResponses(_Azure, OpenAIResponses):
     """The `azure.responses` provider: the Responses API on Azure."""
+
+    parts = Parts(OpenAIResponsesCodec, AzureResponsesErrors, OpenAIResponsesFaults)
 
     name = "azure.responses"
     paths: ClassVar[tuple[str, ...]] = ("/openai/v1/responses", "/openai/responses")

@@ -45,20 +45,18 @@ from chaosllm.errors import EventStreamError, InvalidRequest
 from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers import eventstream as es
 from chaosllm.providers import facts
-from chaosllm.providers.base import (
-    ArgumentCuts,
-    ErrorKind,
-    Failure,
-    Provider,
-    filtered_blocks,
-    text_pieces,
-)
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import (
     ConversationChecks,
     Finding,
     anthropic_has_system_prompt,
     validate_anthropic_conversation,
 )
+from chaosllm.providers.errors import Errors
+from chaosllm.providers.failures import ErrorKind, Failure
+from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
+from chaosllm.providers.text import filtered_blocks, text_pieces
 
 __all__ = ["BEDROCK_CHECKS", "ERROR_TYPE_SUFFIX", "BedrockConverse", "error_type"]
 
@@ -179,43 +177,10 @@ BEDROCK_CHECKS = ConversationChecks(_findings, _has_system)
 answered by a ``toolResult`` in the next message, and only those)."""
 
 
-class BedrockConverse(Provider):
-    """The `bedrock.converse` provider (``POST /model/{modelId}/converse[-stream]``)."""
+class BedrockConverseCodec(Codec):
+    """`BedrockConverse`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "bedrock.converse"
-    path_templates: ClassVar[tuple[str, ...]] = (
-        "/model/{modelId:path}/converse",
-        "/model/{modelId:path}/converse-stream",
-    )
     conversation = BEDROCK_CHECKS
-    arguments_key = "input"
-    finishing_events = _FINISHING
-
-    # -- requests ---------------------------------------------------------------
-
-    def path_params(self, path: str) -> dict[str, str] | None:
-        """The model id, and ``stream`` (``"true"`` on ``/converse-stream``)."""
-        params = super().path_params(path)
-        if params is not None:
-            params["stream"] = "true" if path.endswith("/converse-stream") else "false"
-        return params
-
-    def upstream_path(self, path: str) -> str:
-        """The path as botocore sends it: the model id percent-encoded whole (its ``:``
-        and ``/`` too), which AWS's SigV4 signature covers."""
-        params = self.path_params(path)
-        if params is None:
-            return path
-        operation = "converse-stream" if params["stream"] == "true" else "converse"
-        return f"/model/{quote(params['modelId'], safe='-_.~')}/{operation}"
-
-    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
-        if not isinstance(body, dict):
-            raise _fail("the request body must be a JSON object", "body")
-        model = params.get("modelId")
-        if not model:
-            raise _fail("Value at 'modelId' failed to satisfy constraint", "modelId")
-        return {**body, "modelId": model, "stream": params.get("stream") == "true"}
 
     def model_of(self, body: JSON) -> Any:
         return body.get("modelId") if isinstance(body, dict) else None
@@ -291,25 +256,18 @@ class BedrockConverse(Provider):
     def frame_splitter(self, start: float, *, keep: bool = True) -> es.MessageSplitter:
         return es.MessageSplitter(start, keep=keep)
 
-    def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
-        return (("x-amzn-errortype", error_type(status) + ERROR_TYPE_SUFFIX),)
-
-    def corrupt_frame(self, frame: bytes) -> bytes | None:
-        """The message with a wrong message CRC (a decoder's checksum error)."""
-        return es.corrupt(frame)
-
     # -- responses --------------------------------------------------------------
 
     def is_answer(self, body: JSON) -> bool:
         return isinstance(body, dict) and isinstance(body.get("output"), dict)
 
-    def json_answer(self, body: JSON) -> JSON:
+    def _json_answer(self, body: JSON) -> JSON:
         """A broken tool input (a string, see the module doc) is answered as the API
         answers a tool call cut off by the token limit: an empty object."""
-        if not any(isinstance(c.get("input"), str) for c in self.tool_calls(body)):
+        if not any(isinstance(c.get("input"), str) for c in _tool_uses(body)):
             return body
         fixed = copy.deepcopy(body)
-        for call in self.tool_calls(fixed):
+        for call in _tool_uses(fixed):
             if isinstance(call.get("input"), str):
                 call["input"] = {}
         return fixed
@@ -330,12 +288,6 @@ class BedrockConverse(Provider):
         }
         frames.append(_event("metadata", metadata))
         return frames
-
-    def envelope(
-        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
-    ) -> dict[str, Any]:
-        """``{"message"}``: the exception's name travels in ``x-amzn-ErrorType``."""
-        return {"message": message}
 
     # -- assembly ---------------------------------------------------------------
 
@@ -387,6 +339,63 @@ class BedrockConverse(Provider):
                 return True
         return False
 
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        text = f"[chaosllm fallback] No recording matches this request (digest {digest})."
+        return {
+            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+            "metrics": {"latencyMs": 0},
+        }
+
+
+class BedrockConverseErrors(Errors):
+    """`BedrockConverse`'s errors: its envelope, its failure classes, its rate-limit headers."""
+
+    codec: BedrockConverseCodec
+
+    def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
+        return (("x-amzn-errortype", error_type(status) + ERROR_TYPE_SUFFIX),)
+
+    def _envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """``{"message"}``: the exception's name travels in ``x-amzn-ErrorType``."""
+        return {"message": message}
+
+    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
+        return {"message": message}
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_status(self, failure: Failure) -> int:
+        """Credentials AWS does not know are a 403."""
+        return 403 if failure is Failure.KEY_REFUSED else super().failure_status(failure)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        return _FAILURE_MESSAGES[failure]
+
+    def _failure_headers(self, failure: Failure, status: int) -> tuple[tuple[str, str], ...]:
+        if failure is Failure.KEY_REFUSED:
+            return (("x-amzn-errortype", _KEY_REFUSED_TYPE),)
+        return super()._failure_headers(failure, status)
+
+
+class BedrockConverseFaults(FaultHooks):
+    """`BedrockConverse`'s fault hooks: how its streams end and its answers break."""
+
+    codec: BedrockConverseCodec
+    errors: BedrockConverseErrors
+
+    arguments_key = "input"
+    finishing_events = _FINISHING
+
+    def corrupt_frame(self, frame: bytes) -> bytes | None:
+        """The message with a wrong message CRC (a decoder's checksum error)."""
+        return es.corrupt(frame)
+
     # -- what faults need -------------------------------------------------------
 
     def frame_finishes(self, frame: str) -> bool:
@@ -413,9 +422,6 @@ class BedrockConverse(Provider):
             payload.update(originalStatusCode=status, originalMessage=message)
         return es.event_message(name, _compact(payload), message_type="exception")
 
-    def error_answer(self, message: str, *, status: int, code: str | None = None) -> JSON:
-        return {"message": message}
-
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
         message = empty.setdefault("output", {}).setdefault("message", {"role": "assistant"})
@@ -428,12 +434,7 @@ class BedrockConverse(Provider):
         return empty
 
     def tool_calls(self, answer: Any) -> Iterator[dict[str, Any]]:
-        if not isinstance(answer, dict):
-            return
-        message = (answer.get("output") or {}).get("message") or {}
-        for block in message.get("content") or []:
-            if isinstance(block, dict) and isinstance(block.get("toolUse"), dict):
-                yield block["toolUse"]
+        return _tool_uses(answer)
 
     def break_tool_arguments(self, body: JSON) -> JSON | None:
         """The cut inputs, and the stop reason of an answer cut off by the token limit."""
@@ -503,24 +504,10 @@ class BedrockConverse(Provider):
             else None
         )
 
-    # -- the named failure classes ----------------------------------------------
-
-    def failure_status(self, failure: Failure) -> int:
-        """Credentials AWS does not know are a 403."""
-        return 403 if failure is Failure.KEY_REFUSED else super().failure_status(failure)
-
-    def failure_message(self, failure: Failure, request: JSON) -> str:
-        return _FAILURE_MESSAGES[failure]
-
-    def failure_headers(self, failure: Failure, status: int) -> tuple[tuple[str, str], ...]:
-        if failure is Failure.KEY_REFUSED:
-            return (("x-amzn-errortype", _KEY_REFUSED_TYPE),)
-        return super().failure_headers(failure, status)
-
     def filtered_answer(self, answer: JSON) -> JSON | None:
         """``stopReason: "content_filtered"``: the text blocks cut (`filtered_text`), no
         tool use."""
-        if not self.is_answer(answer):
+        if not self.codec.is_answer(answer):
             return None
         filtered = copy.deepcopy(answer)
         assert isinstance(filtered, dict)
@@ -530,16 +517,53 @@ class BedrockConverse(Provider):
         filtered["stopReason"] = "content_filtered"
         return filtered
 
-    # -- fallback ---------------------------------------------------------------
 
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        text = f"[chaosllm fallback] No recording matches this request (digest {digest})."
-        return {
-            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-            "stopReason": "end_turn",
-            "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
-            "metrics": {"latencyMs": 0},
-        }
+class BedrockConverse(Provider):
+    """The `bedrock.converse` provider (``POST /model/{modelId}/converse[-stream]``)."""
+
+    parts = Parts(BedrockConverseCodec, BedrockConverseErrors, BedrockConverseFaults)
+
+    name = "bedrock.converse"
+    path_templates: ClassVar[tuple[str, ...]] = (
+        "/model/{modelId:path}/converse",
+        "/model/{modelId:path}/converse-stream",
+    )
+
+    # -- routes -----------------------------------------------------------------
+
+    def path_params(self, path: str) -> dict[str, str] | None:
+        """The model id, and ``stream`` (``"true"`` on ``/converse-stream``)."""
+        params = super().path_params(path)
+        if params is not None:
+            params["stream"] = "true" if path.endswith("/converse-stream") else "false"
+        return params
+
+    def upstream_path(self, path: str) -> str:
+        """The path as botocore sends it: the model id percent-encoded whole (its ``:``
+        and ``/`` too), which AWS's SigV4 signature covers."""
+        params = self.path_params(path)
+        if params is None:
+            return path
+        operation = "converse-stream" if params["stream"] == "true" else "converse"
+        return f"/model/{quote(params['modelId'], safe='-_.~')}/{operation}"
+
+    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
+        if not isinstance(body, dict):
+            raise _fail("the request body must be a JSON object", "body")
+        model = params.get("modelId")
+        if not model:
+            raise _fail("Value at 'modelId' failed to satisfy constraint", "modelId")
+        return {**body, "modelId": model, "stream": params.get("stream") == "true"}
+
+
+def _tool_uses(answer: Any) -> Iterator[dict[str, Any]]:
+    """The ``toolUse`` objects of an answer's content blocks (mutable)."""
+    if not isinstance(answer, dict):
+        return
+    message = (answer.get("output") or {}).get("message") or {}
+    for block in message.get("content") or []:
+        if isinstance(block, dict) and isinstance(block.get("toolUse"), dict):
+            yield block["toolUse"]
 
 
 def _block_frames(index: int, block: Mapping[str, Any]) -> list[str]:

@@ -55,16 +55,8 @@ from urllib.parse import parse_qs
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse, ResponsePlan
 from chaosllm.providers import facts, sse
-from chaosllm.providers.base import (
-    ArgumentCuts,
-    Failure,
-    Provider,
-    cut_json,
-    estimated_tokens,
-    filtered_blocks,
-    text_pieces,
-    type_name,
-)
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import (
     ConversationChecks,
     Finding,
@@ -72,6 +64,16 @@ from chaosllm.providers.conversation import (
     _missing_system,
 )
 from chaosllm.providers.embeddings import embed
+from chaosllm.providers.errors import Errors
+from chaosllm.providers.failures import Failure
+from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
+from chaosllm.providers.text import (
+    cut_json,
+    estimated_tokens,
+    filtered_blocks,
+    text_pieces,
+    type_name,
+)
 
 __all__ = [
     "AUX_METHODS",
@@ -342,40 +344,11 @@ def gemini_has_system_prompt(body: JSON) -> bool:
 GEMINI_CHECKS = ConversationChecks(validate_gemini_conversation, gemini_has_system_prompt)
 
 
-class Gemini(Provider):
-    """The `gemini.generate_content` provider (Gemini API and Vertex AI model paths)."""
+class GeminiCodec(Codec):
+    """`Gemini`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "gemini.generate_content"
-    path_templates = tuple(f"{p}/{{model}}:{m}" for p in _PREFIXES for m in (GENERATE, STREAM))
-    client_header = "x-goog-api-client"
     conversation = GEMINI_CHECKS
     turn_key = "contents"
-    arguments_key = "args"
-
-    # -- requests ---------------------------------------------------------------
-
-    def path_params(self, path: str) -> dict[str, str] | None:
-        """The template's parameters, and the method the path calls (``method``)."""
-        params = super().path_params(path)
-        if params is not None:
-            params["method"] = path.rsplit(":", 1)[1]
-        return params
-
-    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
-        if not isinstance(body, dict):
-            raise _fail(
-                f"Invalid JSON payload received. Expected an object, but got {type_name(body)}.",
-            )
-        alt = parse_qs(query).get("alt", [""])[-1]
-        if alt not in ("", "sse", "json"):
-            raise _fail(f"Invalid value at 'alt' ({alt!r}): chaosllm serves json and sse.", "alt")
-        bound = {k: v for k, v in body.items() if k not in _BOUND}
-        bound["model"] = params.get("model", "").removeprefix("models/")
-        if params.get("method") == STREAM:
-            bound["stream"] = True
-            if alt == "sse":
-                bound["alt"] = "sse"
-        return bound
 
     def validate(self, body: JSON) -> None:
         if not isinstance(body, dict):
@@ -459,7 +432,7 @@ class Gemini(Provider):
             and ("candidates" in body or "promptFeedback" in body)
         )
 
-    def recorded_frames(
+    def _recorded_frames(
         self, response: RecordedResponse, options: Mapping[str, Any], request: JSON
     ) -> Sequence[RecordedChunk]:
         """The recorded events, or (no ``alt=sse``) their payloads as array elements."""
@@ -480,34 +453,6 @@ class Gemini(Provider):
         if sse:
             return [_sse_frame(p) for p in payloads]
         return _array_frames([_google_json(p) for p in payloads])
-
-    def envelope(
-        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
-    ) -> dict[str, Any]:
-        """``{"error": {"code", "message", "status"}}``; an error chaosllm answers itself
-        also names what it is in ``details`` (the field, as ``google.rpc.BadRequest``; its
-        code, as ``google.rpc.ErrorInfo``), as Google's own errors do."""
-        error: dict[str, Any] = {"code": status, "message": message, "status": rpc_status(status)}
-        details: list[dict[str, Any]] = []
-        if kind is not None and param is not None:
-            details.append(
-                {
-                    "@type": "type.googleapis.com/google.rpc.BadRequest",
-                    "fieldViolations": [{"field": param, "description": message}],
-                }
-            )
-        if kind is not None and code is not None and code != error["status"]:
-            details.append(
-                {
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": code.upper(),
-                    "domain": "chaosllm",
-                    "metadata": {"code": code},
-                }
-            )
-        if details:
-            error["details"] = details
-        return {"error": error}
 
     def models_body(self, model_ids: Sequence[str]) -> JSON:
         """Gemini's ``models.list`` shape (what ``google-genai``'s ``models.list`` reads)."""
@@ -549,6 +494,147 @@ class Gemini(Provider):
     def stream_complete(self, frames: Sequence[str]) -> bool:
         return any(_finishes(p) for p in _payloads(frames))
 
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        return {
+            "candidates": [
+                {
+                    "content": {
+                        "parts": [
+                            {
+                                "text": f"[chaosllm fallback] No recording matches this "
+                                f"request (digest {digest})."
+                            }
+                        ],
+                        "role": "model",
+                    },
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": 0,
+                "candidatesTokenCount": 0,
+                "totalTokenCount": 0,
+            },
+            "modelVersion": body.get("model", "") if isinstance(body, dict) else "",
+            "responseId": "chaosllm" + digest[:16],
+        }
+
+
+class GeminiErrors(Errors):
+    """`Gemini`'s errors: its envelope, its failure classes, its rate-limit headers."""
+
+    codec: GeminiCodec
+
+    def _envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """``{"error": {"code", "message", "status"}}``; an error chaosllm answers itself
+        also names what it is in ``details`` (the field, as ``google.rpc.BadRequest``; its
+        code, as ``google.rpc.ErrorInfo``), as Google's own errors do."""
+        error: dict[str, Any] = {"code": status, "message": message, "status": rpc_status(status)}
+        details: list[dict[str, Any]] = []
+        if kind is not None and param is not None:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [{"field": param, "description": message}],
+                }
+            )
+        if kind is not None and code is not None and code != error["status"]:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": code.upper(),
+                    "domain": "chaosllm",
+                    "metadata": {"code": code},
+                }
+            )
+        if details:
+            error["details"] = details
+        return {"error": error}
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_status(self, failure: Failure) -> int:
+        """A key Google refuses is a 400 ``INVALID_ARGUMENT``, not a 401."""
+        return 400 if failure is Failure.KEY_REFUSED else super().failure_status(failure)
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.CONTEXT_TOO_LONG:
+            tokens = CONTEXT_WINDOW + estimated_tokens(request)
+            return (
+                f"The input token count ({tokens}) exceeds the maximum number of tokens "
+                f"allowed ({CONTEXT_WINDOW})."
+            )
+        if failure is Failure.QUOTA_EXHAUSTED:
+            return (
+                "You exceeded your current quota, please check your plan and billing details. "
+                "For more information on this error, head to: "
+                "https://ai.google.dev/gemini-api/docs/rate-limits."
+            )
+        if failure is Failure.KEY_REFUSED:
+            return "API key not valid. Please pass a valid API key."
+        if failure is Failure.NO_SUCH_MODEL:
+            return (
+                f"models/{self.codec.model_of(request)} is not found for API version v1beta, or is "
+                f"not supported for generateContent. Call ListModels to see the list of "
+                f"available models and their supported methods."
+            )
+        return "The model is overloaded. Please try again later."
+
+    def _failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+        """Google's envelope, with the ``details`` Google sends: ``ErrorInfo``
+        ``API_KEY_INVALID`` for a refused key, ``QuotaFailure`` and ``Help`` for a spent
+        quota."""
+        body = self.error_body(status, message)
+        details: list[dict[str, Any]] = []
+        if failure is Failure.KEY_REFUSED:
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                    "metadata": {"service": "generativelanguage.googleapis.com"},
+                }
+            )
+        elif failure is Failure.QUOTA_EXHAUSTED:
+            details += [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [
+                        {
+                            "quotaMetric": "generativelanguage.googleapis.com/"
+                            "generate_content_paid_tier_input_token_count",
+                            "quotaId": "GenerateContentPaidTierInputTokensPerModelPerDay",
+                        }
+                    ],
+                },
+                {
+                    "@type": "type.googleapis.com/google.rpc.Help",
+                    "links": [
+                        {
+                            "description": "Learn more about Gemini API quotas",
+                            "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+                        }
+                    ],
+                },
+            ]
+        if details:
+            body["error"]["details"] = details
+        return body
+
+
+class GeminiFaults(FaultHooks):
+    """`Gemini`'s fault hooks: how its streams end and its answers break."""
+
+    codec: GeminiCodec
+    errors: GeminiErrors
+
+    arguments_key = "args"
+
     # -- what faults need -------------------------------------------------------
 
     def frame_finishes(self, frame: str) -> bool:
@@ -557,7 +643,7 @@ class Gemini(Provider):
         return any(_finishes(p) for p in _payloads([frame]))
 
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
-        return _sse_frame(self.error_answer(message, status=status)).encode("utf-8")
+        return _sse_frame(self.errors.error_answer(message, status=status)).encode("utf-8")
 
     def framed_error(self, frame: bytes, plan: ResponsePlan, kept: int) -> bytes:
         """In a streamed JSON array (no ``alt=sse``) the error is the array's next element
@@ -672,80 +758,10 @@ class Gemini(Provider):
             names |= {key for key in tool if key in _HOSTED_TOOLS}
         return frozenset(names)
 
-    # -- the named failure classes ----------------------------------------------
-
-    def failure_status(self, failure: Failure) -> int:
-        """A key Google refuses is a 400 ``INVALID_ARGUMENT``, not a 401."""
-        return 400 if failure is Failure.KEY_REFUSED else super().failure_status(failure)
-
-    def failure_message(self, failure: Failure, request: JSON) -> str:
-        if failure is Failure.CONTEXT_TOO_LONG:
-            tokens = CONTEXT_WINDOW + estimated_tokens(request)
-            return (
-                f"The input token count ({tokens}) exceeds the maximum number of tokens "
-                f"allowed ({CONTEXT_WINDOW})."
-            )
-        if failure is Failure.QUOTA_EXHAUSTED:
-            return (
-                "You exceeded your current quota, please check your plan and billing details. "
-                "For more information on this error, head to: "
-                "https://ai.google.dev/gemini-api/docs/rate-limits."
-            )
-        if failure is Failure.KEY_REFUSED:
-            return "API key not valid. Please pass a valid API key."
-        if failure is Failure.NO_SUCH_MODEL:
-            return (
-                f"models/{self.model_of(request)} is not found for API version v1beta, or is "
-                f"not supported for generateContent. Call ListModels to see the list of "
-                f"available models and their supported methods."
-            )
-        return "The model is overloaded. Please try again later."
-
-    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
-        """Google's envelope, with the ``details`` Google sends: ``ErrorInfo``
-        ``API_KEY_INVALID`` for a refused key, ``QuotaFailure`` and ``Help`` for a spent
-        quota."""
-        body = self.error_body(status, message)
-        details: list[dict[str, Any]] = []
-        if failure is Failure.KEY_REFUSED:
-            details.append(
-                {
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": "API_KEY_INVALID",
-                    "domain": "googleapis.com",
-                    "metadata": {"service": "generativelanguage.googleapis.com"},
-                }
-            )
-        elif failure is Failure.QUOTA_EXHAUSTED:
-            details += [
-                {
-                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                    "violations": [
-                        {
-                            "quotaMetric": "generativelanguage.googleapis.com/"
-                            "generate_content_paid_tier_input_token_count",
-                            "quotaId": "GenerateContentPaidTierInputTokensPerModelPerDay",
-                        }
-                    ],
-                },
-                {
-                    "@type": "type.googleapis.com/google.rpc.Help",
-                    "links": [
-                        {
-                            "description": "Learn more about Gemini API quotas",
-                            "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
-                        }
-                    ],
-                },
-            ]
-        if details:
-            body["error"]["details"] = details
-        return body
-
     def filtered_answer(self, answer: JSON) -> JSON | None:
         """``finishReason: "SAFETY"`` with the safety ratings saying which category blocked
         it; each candidate's text cut (`filtered_text`), no function calls."""
-        if not self.is_answer(answer):
+        if not self.codec.is_answer(answer):
             return None
         assert isinstance(answer, dict)
         filtered = copy.deepcopy(answer)
@@ -795,33 +811,40 @@ class Gemini(Provider):
             candidate["finishMessage"] = f"Malformed function call: {call.get('name')}{text}"
         return broken if found else None
 
-    # -- fallback ---------------------------------------------------------------
 
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        return {
-            "candidates": [
-                {
-                    "content": {
-                        "parts": [
-                            {
-                                "text": f"[chaosllm fallback] No recording matches this "
-                                f"request (digest {digest})."
-                            }
-                        ],
-                        "role": "model",
-                    },
-                    "finishReason": "STOP",
-                    "index": 0,
-                }
-            ],
-            "usageMetadata": {
-                "promptTokenCount": 0,
-                "candidatesTokenCount": 0,
-                "totalTokenCount": 0,
-            },
-            "modelVersion": body.get("model", "") if isinstance(body, dict) else "",
-            "responseId": "chaosllm" + digest[:16],
-        }
+class Gemini(Provider):
+    """The `gemini.generate_content` provider (Gemini API and Vertex AI model paths)."""
+
+    parts = Parts(GeminiCodec, GeminiErrors, GeminiFaults)
+
+    name = "gemini.generate_content"
+    path_templates = tuple(f"{p}/{{model}}:{m}" for p in _PREFIXES for m in (GENERATE, STREAM))
+    client_header = "x-goog-api-client"
+
+    # -- routes -----------------------------------------------------------------
+
+    def path_params(self, path: str) -> dict[str, str] | None:
+        """The template's parameters, and the method the path calls (``method``)."""
+        params = super().path_params(path)
+        if params is not None:
+            params["method"] = path.rsplit(":", 1)[1]
+        return params
+
+    def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
+        if not isinstance(body, dict):
+            raise _fail(
+                f"Invalid JSON payload received. Expected an object, but got {type_name(body)}.",
+            )
+        alt = parse_qs(query).get("alt", [""])[-1]
+        if alt not in ("", "sse", "json"):
+            raise _fail(f"Invalid value at 'alt' ({alt!r}): chaosllm serves json and sse.", "alt")
+        bound = {k: v for k, v in body.items() if k not in _BOUND}
+        bound["model"] = params.get("model", "").removeprefix("models/")
+        if params.get("method") == STREAM:
+            bound["stream"] = True
+            if alt == "sse":
+                bound["alt"] = "sse"
+        return bound
 
 
 def _stream_payloads(answer: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -52,17 +52,14 @@ from typing import Any, Final
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
 from chaosllm.providers import facts, ndjson
-from chaosllm.providers.base import (
-    ArgumentCuts,
-    Failure,
-    FrameSplitting,
-    Provider,
-    filtered_text,
-    text_pieces,
-    type_name,
-)
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.codec import Codec, FrameSplitting
 from chaosllm.providers.conversation import ConversationChecks, Finding, validate_conversation
 from chaosllm.providers.embeddings import FALLBACK_DIMENSIONS, MAX_DIMENSIONS, embed
+from chaosllm.providers.errors import Errors
+from chaosllm.providers.failures import Failure
+from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
+from chaosllm.providers.text import filtered_text, text_pieces, type_name
 
 __all__ = [
     "CHAT_PATH",
@@ -75,7 +72,6 @@ __all__ = [
     "VERSION_PATH",
     "OllamaChat",
     "OllamaGenerate",
-    "OllamaProvider",
     "embed_body",
     "embeddings_body",
     "error_envelope",
@@ -268,9 +264,8 @@ def _is_done(line: Mapping[str, Any]) -> bool:
     return line.get("done") is True or "error" in line
 
 
-class OllamaProvider(Provider):
-    """What Ollama's chat and generate endpoints share: NDJSON streams by default, the
-    ``{"error": ...}`` envelope, the final ``done`` line, the tool-call parse error."""
+class OllamaCodec(Codec):
+    """Ollama's codec (chat and generate): its requests' canonical form, its answers' framing."""
 
     text_key: str = "response"
     """Where an answer's text is (generate: ``response``; chat: inside ``message``)."""
@@ -300,18 +295,12 @@ class OllamaProvider(Provider):
     def is_answer(self, body: JSON) -> bool:
         return isinstance(body, dict) and "done" in body and "error" not in body
 
-    def envelope(
-        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
-    ) -> dict[str, Any]:
-        """``{"error": "<message>"}``, whatever the status and kind."""
-        return error_envelope(message)
-
-    def json_answer(self, body: JSON) -> JSON:
+    def _json_answer(self, body: JSON) -> JSON:
         """An answer whose tool call cannot be parsed is Ollama's parse error."""
         failure = _parse_failure(body)
         return body if failure is None else error_envelope(failure)
 
-    def json_status(self, body: JSON, status: int) -> int:
+    def _json_status(self, body: JSON, status: int) -> int:
         """A 500 for an answer whose tool call cannot be parsed, as Ollama answers it."""
         return 500 if status < 400 and _parse_failure(body) is not None else status
 
@@ -368,6 +357,43 @@ class OllamaProvider(Provider):
     def stream_complete(self, frames: Sequence[str]) -> bool:
         return any(_is_done(line) for line in ndjson.iter_objects(frames))
 
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        model = body.get("model", "") if isinstance(body, dict) else ""
+        return {
+            "model": model,
+            "created_at": "1970-01-01T00:00:00Z",
+            "response": f"[chaosllm fallback] No recording matches this request (digest {digest}).",
+            "done": True,
+            "done_reason": "stop",
+            **dict.fromkeys(_COUNTERS, 0),
+        }
+
+
+class OllamaErrors(Errors):
+    """Ollama's errors: its envelope, its failure classes, its rate-limit headers."""
+
+    codec: OllamaCodec
+
+    def _envelope(
+        self, status: int, message: str, kind: str | None, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        """``{"error": "<message>"}``, whatever the status and kind."""
+        return error_envelope(message)
+
+    # -- the named failure classes ----------------------------------------------
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.NO_SUCH_MODEL:
+            return not_found_message(str(self.codec.model_of(request)))
+        return _FAILURE_MESSAGES[failure]
+
+
+class OllamaFaults(FaultHooks):
+    """Ollama's fault hooks (chat and generate): how its streams end and its answers break."""
+
+    codec: OllamaCodec
+    errors: OllamaErrors
+
     # -- what faults need -------------------------------------------------------
 
     def frame_finishes(self, frame: str) -> bool:
@@ -407,39 +433,21 @@ class OllamaProvider(Provider):
         prompt = body.get("prompt") if isinstance(body, dict) else None
         return prompt if isinstance(prompt, str) else None
 
-    # -- the named failure classes ----------------------------------------------
-
-    def failure_message(self, failure: Failure, request: JSON) -> str:
-        if failure is Failure.NO_SUCH_MODEL:
-            return not_found_message(str(self.model_of(request)))
-        return _FAILURE_MESSAGES[failure]
-
     def filtered_answer(self, answer: JSON) -> JSON | None:
         """Ollama has no content filter: chaosllm cuts the text (`filtered_text`), drops the
         tool calls and ends with ``done_reason: "stop"`` (what a model that stops itself
         answers)."""
-        if not self.is_answer(answer):
+        if not self.codec.is_answer(answer):
             return None
         assert isinstance(answer, dict)
         filtered = copy.deepcopy(answer)
-        holder = filtered.get("message") if self.text_key == "content" else filtered
+        holder = filtered.get("message") if self.codec.text_key == "content" else filtered
         if isinstance(holder, dict):
-            text = holder.get(self.text_key)
-            holder[self.text_key] = filtered_text(text) if isinstance(text, str) else ""
+            text = holder.get(self.codec.text_key)
+            holder[self.codec.text_key] = filtered_text(text) if isinstance(text, str) else ""
             holder.pop("tool_calls", None)
         filtered["done_reason"] = "stop"
         return filtered
-
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        model = body.get("model", "") if isinstance(body, dict) else ""
-        return {
-            "model": model,
-            "created_at": "1970-01-01T00:00:00Z",
-            "response": f"[chaosllm fallback] No recording matches this request (digest {digest}).",
-            "done": True,
-            "done_reason": "stop",
-            **dict.fromkeys(_COUNTERS, 0),
-        }
 
 
 def _parse_failure(answer: JSON) -> str | None:
@@ -458,11 +466,9 @@ def _parse_failure(answer: JSON) -> str | None:
 # -- /api/generate ------------------------------------------------------------------------------
 
 
-class OllamaGenerate(OllamaProvider):
-    """The `ollama.generate` provider (``POST /api/generate``)."""
+class OllamaGenerateCodec(OllamaCodec):
+    """`OllamaGenerate`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "ollama.generate"
-    paths = (GENERATE_PATH,)
     turn_key = "prompt"
     conversation = OLLAMA_GENERATE_CHECKS
 
@@ -489,14 +495,21 @@ class OllamaGenerate(OllamaProvider):
         }
 
 
+class OllamaGenerate(Provider):
+    """The `ollama.generate` provider (``POST /api/generate``)."""
+
+    parts = Parts(OllamaGenerateCodec, OllamaErrors, OllamaFaults)
+
+    name = "ollama.generate"
+    paths = (GENERATE_PATH,)
+
+
 # -- /api/chat ----------------------------------------------------------------------------------
 
 
-class OllamaChat(OllamaProvider):
-    """The `ollama.chat` provider (``POST /api/chat``)."""
+class OllamaChatCodec(OllamaCodec):
+    """`OllamaChat`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "ollama.chat"
-    paths = (CHAT_PATH,)
     conversation = OLLAMA_CHAT_CHECKS
     text_key = "content"
 
@@ -593,6 +606,19 @@ class OllamaChat(OllamaProvider):
         answer["message"] = assembled
         return answer
 
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        answer = dict(super().fallback(body, digest))
+        text = answer.pop("response")
+        done = {k: answer.pop(k) for k in ("done", "done_reason")}
+        return {**answer, "message": {"role": "assistant", "content": text}, **done}
+
+
+class OllamaChatFaults(OllamaFaults):
+    """`OllamaChat`'s fault hooks: how its streams end and its answers break."""
+
+    codec: OllamaChatCodec
+    errors: OllamaErrors
+
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
         message = empty.get("message")
@@ -617,11 +643,14 @@ class OllamaChat(OllamaProvider):
     def tool_names(self, body: JSON) -> frozenset[str]:
         return facts.offered_tool_names(body)
 
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        answer = dict(super().fallback(body, digest))
-        text = answer.pop("response")
-        done = {k: answer.pop(k) for k in ("done", "done_reason")}
-        return {**answer, "message": {"role": "assistant", "content": text}, **done}
+
+class OllamaChat(Provider):
+    """The `ollama.chat` provider (``POST /api/chat``)."""
+
+    parts = Parts(OllamaChatCodec, OllamaErrors, OllamaChatFaults)
+
+    name = "ollama.chat"
+    paths = (CHAT_PATH,)
 
 
 # -- the auxiliary endpoints --------------------------------------------------------------------

@@ -38,11 +38,14 @@ from typing import Any, ClassVar
 
 from chaosllm.model import JSON, RecordedChunk, RecordedResponse
 from chaosllm.providers import facts
-from chaosllm.providers.base import Failure, canonical_json, filtered_text, text_pieces
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import CHAT_CHECKS
+from chaosllm.providers.failures import Failure
+from chaosllm.providers.faulthooks import FaultHooks
 from chaosllm.providers.openai_common import (
     CONTENT_FILTER,
-    OpenAIProvider,
+    OpenAIErrors,
     argument_pieces,
     expect,
     expect_object,
@@ -54,6 +57,7 @@ from chaosllm.providers.openai_common import (
     typed_fields,
 )
 from chaosllm.providers.sse import DONE, DONE_FRAME, data_frame, iter_data
+from chaosllm.providers.text import canonical_json, filtered_text, text_pieces
 
 __all__ = [
     "CANONICAL_MESSAGE_KEYS",
@@ -152,11 +156,9 @@ def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
     return None
 
 
-class OpenAIChat(OpenAIProvider):
-    """The `openai.chat` provider (``POST /v1/chat/completions``)."""
+class OpenAIChatCodec(Codec):
+    """`OpenAIChat`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "openai.chat"
-    paths: ClassVar[tuple[str, ...]] = ("/v1/chat/completions", "/chat/completions")
     conversation = CHAT_CHECKS
     minted_prefixes = ("chatcmpl-", "call_")
 
@@ -205,7 +207,7 @@ class OpenAIChat(OpenAIProvider):
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""
         return _WITH_USAGE if _asks_usage(body) else _WITHOUT_USAGE
 
-    def recorded_frames(
+    def _recorded_frames(
         self, response: RecordedResponse, options: Mapping[str, Any], request: JSON
     ) -> Sequence[RecordedChunk]:
         """The recorded frames, with the usage chunk if and only if it is asked for: a
@@ -413,6 +415,38 @@ class OpenAIChat(OpenAIProvider):
         # The API ends a stream that fails with an error event (and no [DONE]).
         return isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk
 
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        return {
+            "id": "chatcmpl-chaosllm" + digest[:24],
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "") if isinstance(body, dict) else "",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": f"[chaosllm fallback] No recording matches this request "
+                        f"(digest {digest}).",
+                        "refusal": None,
+                        "annotations": [],
+                    },
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+
+
+class OpenAIChatFaults(FaultHooks):
+    """`OpenAIChat`'s fault hooks: how its streams end and its answers break."""
+
+    codec: OpenAIChatCodec
+    errors: OpenAIErrors
+
     # -- what the wire quirks need ----------------------------------------------
 
     def usage_frame(self, answer: JSON) -> bytes | None:
@@ -420,7 +454,7 @@ class OpenAIChat(OpenAIProvider):
         when it has none)."""
         if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
             return None
-        served = self.served_answer(answer, None)
+        served = self.codec.served_answer(answer, None)
         payload = {**_answer_base(answer), "choices": [], "usage": served.get("usage")}
         return data_frame(payload).encode("utf-8")
 
@@ -535,7 +569,7 @@ class OpenAIChat(OpenAIProvider):
         return False
 
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
-        return data_frame(self.error_answer(message, status=status)).encode("utf-8")
+        return data_frame(self.errors.error_answer(message, status=status)).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
@@ -577,7 +611,7 @@ class OpenAIChat(OpenAIProvider):
 
     def failure_frame(self, failure: Failure, request: JSON, message: str | None = None) -> bytes:
         """``data: {"error": ...}`` with the class's type and code."""
-        return data_frame(self.failure(failure, request, message).body).encode("utf-8")
+        return data_frame(self.errors.failure(failure, request, message).body).encode("utf-8")
 
     def last_user_text(self, body: JSON) -> str | None:
         messages = body.get("messages") if isinstance(body, dict) else None
@@ -602,30 +636,14 @@ class OpenAIChat(OpenAIProvider):
             calls.append(message.get("function_call"))  # the legacy single call
         return facts.names_of(calls)
 
-    # -- fallback ---------------------------------------------------------------
 
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        return {
-            "id": "chatcmpl-chaosllm" + digest[:24],
-            "object": "chat.completion",
-            "created": 0,
-            "model": body.get("model", "") if isinstance(body, dict) else "",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": f"[chaosllm fallback] No recording matches this request "
-                        f"(digest {digest}).",
-                        "refusal": None,
-                        "annotations": [],
-                    },
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }
+class OpenAIChat(Provider):
+    """The `openai.chat` provider (``POST /v1/chat/completions``)."""
+
+    parts = Parts(OpenAIChatCodec, OpenAIErrors, OpenAIChatFaults)
+
+    name = "openai.chat"
+    paths: ClassVar[tuple[str, ...]] = ("/v1/chat/completions", "/chat/completions")
 
 
 def _merge_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:

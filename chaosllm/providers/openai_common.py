@@ -10,13 +10,14 @@ from typing import Any, Final
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
-from chaosllm.providers.base import ErrorKind, Failure, Provider, estimated_tokens, type_name
+from chaosllm.providers.errors import Errors
+from chaosllm.providers.failures import ErrorKind, Failure
 from chaosllm.providers.ratelimits import RateLimitState, openai_duration
+from chaosllm.providers.text import estimated_tokens, type_name
 
 __all__ = [
     "CONTENT_FILTER",
     "KIND_TYPES",
-    "OpenAIProvider",
     "argument_pieces",
     "expect",
     "expect_object",
@@ -103,10 +104,10 @@ def openai_envelope(
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-class OpenAIProvider(Provider):
-    """An OpenAI protocol: its error envelope."""
+class OpenAIErrors(Errors):
+    """An OpenAI protocol's errors: its envelope, its failure classes, its rate-limit headers."""
 
-    def envelope(
+    def _envelope(
         self, status: int, message: str, kind: str | None, code: str | None, param: str | None
     ) -> dict[str, Any]:
         type_, default_code = openai_error_type(status)
@@ -115,7 +116,7 @@ class OpenAIProvider(Provider):
         return openai_envelope(message, type_, code or default_code, param)
 
     def failure_message(self, failure: Failure, request: JSON) -> str:
-        model = self.model_of(request)
+        model = self.codec.model_of(request)
         if failure is Failure.CONTEXT_TOO_LONG:
             tokens = CONTEXT_WINDOW + estimated_tokens(request)
             return (
@@ -138,11 +139,11 @@ class OpenAIProvider(Provider):
             return f"The model `{model}` does not exist or you do not have access to it."
         return "Our servers are currently overloaded. Please try again later."
 
-    def failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
+    def _failure_body(self, failure: Failure, message: str, *, status: int) -> JSON:
         """``{"error": {"message", "type", "param", "code"}}`` with the class's type and code
         (``param`` names the conversation of a request too long)."""
         type_, code = _FAILURES[failure]
-        param = self.turn_key if failure is Failure.CONTEXT_TOO_LONG else None
+        param = self.codec.turn_key if failure is Failure.CONTEXT_TOO_LONG else None
         return openai_envelope(message, type_, code, param)
 
     def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:

@@ -42,17 +42,14 @@ from typing import Any, ClassVar
 
 from chaosllm.model import JSON
 from chaosllm.providers import facts
-from chaosllm.providers.base import (
-    ArgumentCuts,
-    Failure,
-    canonical_json,
-    filtered_text,
-    text_pieces,
-)
+from chaosllm.providers.base import Parts, Provider
+from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import RESPONSES_CHECKS
+from chaosllm.providers.failures import Failure
+from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
 from chaosllm.providers.openai_common import (
     CONTENT_FILTER,
-    OpenAIProvider,
+    OpenAIErrors,
     argument_pieces,
     expect_object,
     expect_role,
@@ -65,6 +62,7 @@ from chaosllm.providers.openai_common import (
     typed_fields,
 )
 from chaosllm.providers.sse import event_frame, event_types, iter_events, one_event
+from chaosllm.providers.text import canonical_json, filtered_text, text_pieces
 
 __all__ = ["OpenAIResponses", "iter_events", "sse_event"]
 
@@ -101,14 +99,11 @@ def _strip_status(item: JSON) -> JSON:
     return item
 
 
-class OpenAIResponses(OpenAIProvider):
-    """The `openai.responses` provider (``POST /v1/responses``)."""
+class OpenAIResponsesCodec(Codec):
+    """`OpenAIResponses`'s codec: its requests' canonical form, its answers' framing."""
 
-    name = "openai.responses"
-    paths: ClassVar[tuple[str, ...]] = ("/v1/responses", "/responses")
     conversation = RESPONSES_CHECKS
     turn_key = "input"
-    finishing_events = TERMINAL_EVENTS
     minted_prefixes = ("resp_", "msg_", "fc_", "call_", "rs_")
 
     # -- requests ---------------------------------------------------------------
@@ -318,6 +313,63 @@ class OpenAIResponses(OpenAIProvider):
             pass
         return last in TERMINAL_EVENTS
 
+    # -- fallback ---------------------------------------------------------------
+
+    def fallback(self, body: JSON, digest: str) -> JSON:
+        text = f"[chaosllm fallback] No recording matches this request (digest {digest})."
+        return {
+            "id": "resp_chaosllm" + digest[:24],
+            "object": "response",
+            "created_at": 0,
+            "status": "completed",
+            "error": None,
+            "incomplete_details": None,
+            "instructions": body.get("instructions") if isinstance(body, dict) else None,
+            "model": body.get("model", "") if isinstance(body, dict) else "",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_chaosllm" + digest[:24],
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": 0,
+                "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 0,
+            },
+        }
+
+
+class OpenAIResponsesErrors(OpenAIErrors):
+    """`OpenAIResponses`'s errors: its envelope, its failure classes, its rate-limit headers."""
+
+    codec: OpenAIResponsesCodec
+
+    def failure_message(self, failure: Failure, request: JSON) -> str:
+        if failure is Failure.CONTEXT_TOO_LONG:
+            return (
+                "Your input exceeds the context window of this model. Please adjust your "
+                "input and try again."
+            )
+        return super().failure_message(failure, request)
+
+
+class OpenAIResponsesFaults(FaultHooks):
+    """`OpenAIResponses`'s fault hooks: how its streams end and its answers break."""
+
+    codec: OpenAIResponsesCodec
+    errors: OpenAIResponsesErrors
+
+    finishing_events = TERMINAL_EVENTS
+
     def frame_tokens(self, data: bytes) -> int:
         """Only the ``*.delta`` events carry new text (``*.done`` and ``response.*``
         events restate what came before), at least 1."""
@@ -407,17 +459,9 @@ class OpenAIResponses(OpenAIProvider):
         payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
         return f"event: {name or kind}\ndata: {payload}\n\n".encode()
 
-    def failure_message(self, failure: Failure, request: JSON) -> str:
-        if failure is Failure.CONTEXT_TOO_LONG:
-            return (
-                "Your input exceeds the context window of this model. Please adjust your "
-                "input and try again."
-            )
-        return super().failure_message(failure, request)
-
     def failure_frame(self, failure: Failure, request: JSON, message: str | None = None) -> bytes:
         """An ``error`` event with the class's code."""
-        error = self.failure(failure, request, message).body
+        error = self.errors.failure(failure, request, message).body
         details = error.get("error") if isinstance(error, dict) else None
         fields = details if isinstance(details, dict) else {}
         return event_frame(
@@ -463,36 +507,11 @@ class OpenAIResponses(OpenAIProvider):
     def called_tool_names(self, answer: JSON) -> frozenset[str]:
         return facts.called_names(answer, "output", _CALLS)
 
-    # -- fallback ---------------------------------------------------------------
 
-    def fallback(self, body: JSON, digest: str) -> JSON:
-        text = f"[chaosllm fallback] No recording matches this request (digest {digest})."
-        return {
-            "id": "resp_chaosllm" + digest[:24],
-            "object": "response",
-            "created_at": 0,
-            "status": "completed",
-            "error": None,
-            "incomplete_details": None,
-            "instructions": body.get("instructions") if isinstance(body, dict) else None,
-            "model": body.get("model", "") if isinstance(body, dict) else "",
-            "output": [
-                {
-                    "type": "message",
-                    "id": "msg_chaosllm" + digest[:24],
-                    "status": "completed",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}],
-                }
-            ],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-            "usage": {
-                "input_tokens": 0,
-                "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
-                "output_tokens": 0,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": 0,
-            },
-        }
+class OpenAIResponses(Provider):
+    """The `openai.responses` provider (``POST /v1/responses``)."""
+
+    parts = Parts(OpenAIResponsesCodec, OpenAIResponsesErrors, OpenAIResponsesFaults)
+
+    name = "openai.responses"
+    paths: ClassVar[tuple[str, ...]] = ("/v1/responses", "/responses")

@@ -64,6 +64,7 @@ import anyio.to_thread
 from chaosllm.core.journal import JournalEntry, ending_of
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ChaosLLMError, NotRecordable, PlanAborted
+from chaosllm.faults.live import LiveChoice, LiveEnd, LiveFault
 from chaosllm.model import (
     JSON,
     Ending,
@@ -130,47 +131,11 @@ DEFAULT_TIMEOUTS = Timeouts(connect=10.0, read=600.0, write=60.0)
 FaultHook = Callable[[ResponsePlan, JSON], ResponsePlan]
 """Applies the fault that fires (if any) to the plan of an upstream answer."""
 Recorder = Callable[[Exchange], Exchange]
+"""Writes an exchange and adds it to the live store; the exchange as stored."""
 
 
 class Amend(Protocol):
     def __call__(self, **changes: Any) -> None: ...
-
-
-class LiveEnd(Protocol):
-    """How a live fault ends the client's answer (`chaosllm.faults.live.LiveEnd`)."""
-
-    @property
-    def pieces(self) -> tuple[Piece, ...]: ...
-    @property
-    def ending(self) -> Ending: ...
-    @property
-    def stall_ms(self) -> float: ...
-
-
-class LiveStep(Protocol):
-    @property
-    def write(self) -> tuple[Piece, ...]: ...
-    @property
-    def end(self) -> LiveEnd | None: ...
-
-
-class LiveFault(Protocol):
-    """A fault's streaming counterpart (`chaosllm.faults.live.LiveFault`)."""
-
-    def feed(self, frame: bytes) -> LiveStep: ...
-    def finish(self) -> LiveEnd: ...
-
-
-class LiveChoice(Protocol):
-    """What applies to a live stream (`chaosllm.faults.live.LiveChoice`)."""
-
-    @property
-    def fault(self) -> LiveFault | None: ...
-    @property
-    def buffered(self) -> FaultHook | None: ...
-
-
-"""Writes an exchange and adds it to the live store; the exchange as stored."""
 
 
 # -- the upstream --------------------------------------------------------------------
@@ -392,13 +357,13 @@ def _decode(data: bytes, encoding: str) -> bytes:
 
 def _is_stream(provider: Provider, response: Answer) -> bool:
     """Whether the upstream answered with the protocol's stream of frames."""
-    return provider.is_stream(response.header("content-type") or "")
+    return provider.codec.is_stream(response.header("content-type") or "")
 
 
 def _text(provider: Provider, data: bytes) -> str:
     """A frame's text, as well as it can be read (for the checks that inspect a frame)."""
     try:
-        return provider.frame_text(data)
+        return provider.codec.frame_text(data)
     except ValueError:
         return data.decode("utf-8", "replace")
 
@@ -425,10 +390,10 @@ def recorded_exchange(
     chunks: tuple[RecordedChunk, ...] | None = None
     if frames is not None:
         try:
-            texts = [provider.frame_text(data) for data, _ in frames]
+            texts = [provider.codec.frame_text(data) for data, _ in frames]
         except ValueError as exc:
             raise NotRecordable(f"the stream's frames cannot be read: {exc}") from None
-        if not provider.stream_complete(texts):
+        if not provider.codec.stream_complete(texts):
             raise NotRecordable(
                 "the stream ended without its terminator ([DONE] or an error "
                 "event): an incomplete answer is never recorded"
@@ -691,7 +656,7 @@ class ProxyCall:
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
         splitter = (
-            self.provider.frame_splitter(time.monotonic(), keep=recording)
+            self.provider.codec.frame_splitter(time.monotonic(), keep=recording)
             if _is_stream(self.provider, response) and identity
             else None
         )
@@ -732,7 +697,7 @@ class ProxyCall:
                     report.frames_sent += completed
                     if recording and not holding and completed:
                         last = _text(self.provider, splitter.frames[-1][0])
-                        holding = self.provider.stream_complete([last])
+                        holding = self.provider.codec.stream_complete([last])
                 elif parts is not None:
                     parts.append(chunk)
                     # Not a stream: each piece waits for the next, the last for the recording.
@@ -781,7 +746,7 @@ class ProxyCall:
         """Pass the stream to the client through `fault` as its frames arrive; record the
         upstream's own answer (the module doc)."""
         report = self.entry.report
-        splitter = self.provider.frame_splitter(time.monotonic())
+        splitter = self.provider.codec.frame_splitter(time.monotonic())
         head = self._client_head(response, drop=_FRAMING)
         await send({"type": "http.response.start", "status": response.status, "headers": head})
         report.head_sent = True
@@ -895,7 +860,7 @@ class ProxyCall:
             return
         await self._record(
             response,
-            self.provider.split_frames(data) if _is_stream(self.provider, response) else None,
+            self.provider.codec.split_frames(data) if _is_stream(self.provider, response) else None,
             data,
         )
 
@@ -904,7 +869,7 @@ class ProxyCall:
         encoding = response.header("content-encoding") or "identity"
         identity = encoding.strip().lower() in ("", "identity")
         splitter = (
-            self.provider.frame_splitter(time.monotonic())
+            self.provider.codec.frame_splitter(time.monotonic())
             if _is_stream(self.provider, response) and identity
             else None
         )

@@ -17,7 +17,7 @@ Matchers run in a configurable order (default ``exact,sequence,nearest``):
   the whole conversation's similarity and the latest turn's, so a long shared
   system prompt cannot make a different question look like a recorded one. It
   never pairs requests of different server-side conversations
-  (`Provider.thread`: a Responses ``previous_response_id``), whose ids the
+  (`Codec.thread`: a Responses ``previous_response_id``), whose ids the
   normalisation would hide.
 
 A miss raises `NoMatch` whose message names the digest and the nearest
@@ -253,7 +253,9 @@ class Matcher:
             if self._index is not None:
                 key = len(self.store.exchanges) - 1
                 provider = PROVIDERS[exchange.provider]
-                self._index.add(key, normalize_text(provider.match_text(exchange.request.body)))
+                self._index.add(
+                    key, normalize_text(provider.codec.match_text(exchange.request.body))
+                )
                 keys = self._keys_by_provider.get(exchange.provider, frozenset())
                 self._keys_by_provider[exchange.provider] = keys | {key}
             self.version.bump()
@@ -411,12 +413,12 @@ class Matcher:
         hits = self._nearest(provider, body, 1)
         if not hits or hits[0][1] < self.nearest_threshold:
             return None
-        thread = provider.thread(body)
-        if provider.thread(hits[0][0].request.body) != thread:
+        thread = provider.codec.thread(body)
+        if provider.codec.thread(hits[0][0].request.body) != thread:
             hits = [
                 (exchange, score)
                 for exchange, score in self._nearest(provider, body, 4)
-                if provider.thread(exchange.request.body) == thread
+                if provider.codec.thread(exchange.request.body) == thread
             ]
             if not hits or hits[0][1] < self.nearest_threshold:
                 return None
@@ -454,12 +456,12 @@ class Matcher:
         keys = self._keys_by_provider.get(provider.name)
         if not keys:
             return []
-        text = normalize_text(provider.match_text(body))
-        turn = normalize_text(provider.turn_text(body))
+        text = normalize_text(provider.codec.match_text(body))
+        turn = normalize_text(provider.codec.turn_text(body))
         scored = []
         for key, whole in index.query(text, k=max(4 * k, 12), keys=keys):
             exchange = self.store.exchanges[key]
-            recorded_turn = normalize_text(provider.turn_text(exchange.request.body))
+            recorded_turn = normalize_text(provider.codec.turn_text(exchange.request.body))
             scored.append((exchange, min(whole, similarity(turn, recorded_turn))))
         scored.sort(key=lambda item: -item[1])
         return scored[:k]
@@ -472,7 +474,7 @@ class Matcher:
                 if exchange.keyed_by != Keying.REQUEST:
                     continue  # no recorded request to compare with
                 provider = PROVIDERS[exchange.provider]
-                index.add(key, normalize_text(provider.match_text(exchange.request.body)))
+                index.add(key, normalize_text(provider.codec.match_text(exchange.request.body)))
                 keys.setdefault(exchange.provider, set()).add(key)
             self._keys_by_provider = {p: frozenset(k) for p, k in keys.items()}
             self._index = index
