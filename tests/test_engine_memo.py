@@ -5,6 +5,7 @@ bytes; and repeated large or hash-keyed requests leave the process's memory flat
 
 from __future__ import annotations
 
+import base64
 import gc
 import json
 from pathlib import Path
@@ -232,3 +233,43 @@ def test_a_large_request_repeated_keeps_the_memo_in_its_bound_and_memory_flat(
     assert memo.bytes <= memo.max_bytes and len(memo) <= 4
     assert memo.hits >= 1000
     assert grown < 40 << 20, f"RSS grew {grown / 2**20:.1f} MiB"
+
+
+def _emit(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_hash_keyed_requests_leave_every_cache_in_its_bound(tmp_path: Path) -> None:
+    """1,000 DocsGPT hash-keyed requests (a fixture's, repeated, and in-band directives,
+    each a new answer) keep the memo inside its bounds and the process's memory flat: no
+    cache grows by request."""
+    directory = tmp_path / "mock_llm_fixtures"
+    directory.mkdir()
+    base = {"model": "docsgpt-local", "messages": [{"role": "user", "content": "hello"}]}
+    from chaosllm.store.formats.hashkeyed import request_digest
+
+    (directory / f"{request_digest(base)}.json").write_text(
+        json.dumps({"response": {"content": "hi", "finish_reason": "stop"}}), "utf-8"
+    )
+    pair = EnginePair.of(directory, memo_bytes=1 << 20)
+    provider = PROVIDERS["openai.chat"]
+
+    def ask(i: int) -> None:
+        if i % 2:
+            body = base
+        else:
+            text = f"[[MOCK_LLM_EMIT:{_emit(f'answer {i} ' + 'y' * 60_000)}]] {i}"
+            body = {"model": "docsgpt-local", "messages": [{"role": "user", "content": text}]}
+        reply = pair.engine.handle(ProviderCall(provider, CHAT, json.dumps(body).encode()))
+        assert isinstance(reply, Reply) and reply.plan.status == 200
+
+    for i in range(200):
+        ask(i)
+    before = _rss()
+    for i in range(200, 1200):
+        ask(i)
+    grown = _rss() - before
+    memo = pair.engine.memo
+    assert memo.bytes <= memo.max_bytes and len(memo) <= memo.max_entries
+    assert grown < 16 << 20, f"RSS grew {grown / 2**20:.1f} MiB"

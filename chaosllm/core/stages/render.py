@@ -35,23 +35,44 @@ def draw_key(engine: Engine, request: Request) -> str:
     return f"{engine.config.seed}:{request.call.session!r}:{request.turn}:timing"
 
 
-def _plan(engine: Engine, request: Request, exchange: Exchange) -> ResponsePlan:
-    provider = request.call.provider
-    plan = provider.render(exchange, request.body, timing=engine.config.timing)
+def _plan(engine: Engine, request: Request, exchange: Exchange, *, stored: bool) -> ResponsePlan:
+    """The plan of `exchange` for `request`; a `stored` exchange's (one of the store's,
+    as it is) is kept in the memo by its identity and what the rendering depends on."""
+    provider, body, timing = request.call.provider, request.body, engine.config.timing
     pace = engine.config.pace
-    if pace is None:
-        return plan
-    if pace.jitter:
-        request.keep = False
-        return paced(plan, pace, provider, draw_key(engine, request))
-    return paced(plan, pace, provider, "")
+    key = None
+    if stored:
+        key = (
+            "render",
+            provider.name,
+            exchange.key,
+            provider.render_key(exchange, body, timing=timing),
+        )
+        kept: ResponsePlan | None = engine.memo.get(key)
+        if kept is not None:
+            return kept if pace is None or not pace.jitter else _paced(engine, request, kept)
+    plan = provider.render(exchange, body, timing=timing)
+    if pace is not None and not pace.jitter:
+        plan = paced(plan, pace, provider, "")  # the same every time: kept paced
+    if key is not None:
+        engine.memo.put(key, plan, plan.body_length)
+    return plan if pace is None or not pace.jitter else _paced(engine, request, plan)
+
+
+def _paced(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
+    """`plan` at a pace with jitter: the draws are the request's own."""
+    assert engine.config.pace is not None
+    request.keep = False
+    return paced(plan, engine.config.pace, request.call.provider, draw_key(engine, request))
 
 
 def render(engine: Engine, request: Request, chosen: Chosen) -> Answer:
     exchange = chosen.exchange
     for hook in engine.hooks.exchange:
         exchange = hook(engine, request, exchange)
-    return Answer(exchange, _plan(engine, request, exchange), exchange.response.body)
+    match = chosen.match
+    stored = match is not None and exchange is match.exchange
+    return Answer(exchange, _plan(engine, request, exchange, stored=stored), exchange.response.body)
 
 
 def render_answer(engine: Engine, request: Request, answer: JSON) -> ResponsePlan:
@@ -59,4 +80,4 @@ def render_answer(engine: Engine, request: Request, answer: JSON) -> ResponsePla
     renders), at the pace asked."""
     call = request.call
     exchange = rendered(call.provider, request.body, answer, call.path, request.digest)
-    return _plan(engine, request, exchange)
+    return _plan(engine, request, exchange, stored=False)
