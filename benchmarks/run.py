@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -47,6 +48,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import aimock
 import appcost
+import ceiling
 import concurrency
 import faultbench
 import hotpath
@@ -243,6 +245,25 @@ def start_bare(
     return running(f"bare[{kind.label}]", argv)
 
 
+def write_bare_payloads(path: Path, bodies: dict[str, bytes]) -> None:
+    """The bare app's payload file: chaosllm's JSON answer and its stream's frames."""
+    frames = [f + "\n\n" for f in bodies["sse"].decode().split("\n\n") if f]
+    path.write_text(
+        json.dumps({"json": bodies["json"].decode(), "sse_frames": frames}), encoding="utf-8"
+    )
+
+
+def measure_bare(
+    kind: ServerKind, payload_file: Path, payloads: workloads.Payloads, settings: LoadSettings
+) -> dict[str, LoadResult]:
+    """The bare app on `kind`, its answers checked against the payload file: its cells."""
+    with start_bare(kind, payload_file) as bare:
+        expected = json.loads(payload_file.read_text(encoding="utf-8"))
+        check_answer(bare, payloads, "json", expected["json"].encode())
+        check_answer(bare, payloads, "sse", "".join(expected["sse_frames"]).encode())
+        return {p: measure(bare, payloads, p, settings) for p in PAYLOADS}
+
+
 def chat_url(server: ServerProcess) -> str:
     return server.url + "/v1/chat/completions"
 
@@ -352,11 +373,7 @@ def throughput(
         with start_chaosllm(kind, payloads.recordings) as chaos:
             bodies = {p: check_answer(chaos, payloads, p, None) for p in PAYLOADS}
             if not baseline_file.exists():
-                frames = [f + "\n\n" for f in bodies["sse"].decode().split("\n\n") if f]
-                baseline_file.write_text(
-                    json.dumps({"json": bodies["json"].decode(), "sse_frames": frames}),
-                    encoding="utf-8",
-                )
+                write_bare_payloads(baseline_file, bodies)
             cells[f"chaosllm/{kind.label}"] = {
                 p: measure(chaos, payloads, p, settings) for p in PAYLOADS
             }
@@ -366,13 +383,7 @@ def throughput(
                         chaos.pid, chat_url(chaos), payloads.request_file(p), settings
                     )
                     profiles[f"chaosllm/{kind.label}/{p}"] = prof
-        with start_bare(kind, baseline_file) as bare:
-            expected = json.loads(baseline_file.read_text(encoding="utf-8"))
-            check_answer(bare, payloads, "json", expected["json"].encode())
-            check_answer(bare, payloads, "sse", "".join(expected["sse_frames"]).encode())
-            cells[f"bare/{kind.label}"] = {
-                p: measure(bare, payloads, p, settings) for p in PAYLOADS
-            }
+        cells[f"bare/{kind.label}"] = measure_bare(kind, baseline_file, payloads, settings)
     for kind in server_kinds():
         for p in PAYLOADS:
             chaos_cell = cells[f"chaosllm/{kind.label}"][p]
@@ -460,18 +471,11 @@ def _aimock(results: Results, figure: str, key: str) -> aimock.Aimock | None:
     return found
 
 
-def versus_aimock(
-    results: Results,
-    payloads: workloads.Payloads,
-    tmp: Path,
-    settings: LoadSettings,
-    cells: dict[str, dict[str, LoadResult]],
-) -> None:
-    """Section 3: aimock serving the same answers; chaosllm's default server (and its
-    fastest) against it."""
-    found = _aimock(results, "aimock comparison", "aimock")
-    if found is None:
-        return
+def measure_aimock(
+    found: aimock.Aimock, payloads: workloads.Payloads, tmp: Path, settings: LoadSettings
+) -> tuple[int, dict[str, LoadResult]]:
+    """aimock serving the benchmark's two answers (its stream cut into 20 frames): its
+    ``--chunk-size`` and its cells."""
     chunk = aimock.chunk_size_for(workloads.STREAM_ANSWER, workloads.SSE_FRAMES - 3)
     fixtures = aimock.write_fixtures(
         tmp / "aimock-fixtures",
@@ -484,7 +488,22 @@ def versus_aimock(
     with running("aimock", found.argv(fixtures, chunk)) as server:
         for p in PAYLOADS:
             check_answer(server, payloads, p, None)
-        aim = {p: measure(server, payloads, p, settings) for p in PAYLOADS}
+        return chunk, {p: measure(server, payloads, p, settings) for p in PAYLOADS}
+
+
+def versus_aimock(
+    results: Results,
+    payloads: workloads.Payloads,
+    tmp: Path,
+    settings: LoadSettings,
+    cells: dict[str, dict[str, LoadResult]],
+) -> None:
+    """Section 3: aimock serving the same answers; chaosllm's default server (and its
+    fastest) against it."""
+    found = _aimock(results, "aimock comparison", "aimock")
+    if found is None:
+        return
+    chunk, aim = measure_aimock(found, payloads, tmp, settings)
     data: dict[str, Any] = {
         "version": found.version,
         "chunk_size": chunk,
@@ -521,6 +540,86 @@ def versus_aimock(
             "fastest_ratio": round(best.rps / aim[p].rps, 3),
         }
     results.data["aimock"] = data
+
+
+CEILING_AT_LEAST = 0.4
+"""Issue #22: chaosllm serve's share of the stack's capacity, JSON and 20-frame SSE."""
+
+
+def ceiling_section(
+    results: Results, payloads: workloads.Payloads, tmp: Path, settings: LoadSettings
+) -> None:
+    """Issue #22: the stack's ceiling (`ceiling.py`: uvloop + httptools writing the bytes
+    chaosllm answered, captured from it first) beside ``chaosllm serve`` (the default
+    server), the bare Starlette app on that server and aimock, in one run, the same
+    load: chaosllm / ceiling, bare / ceiling and chaosllm / aimock, JSON and SSE."""
+    kind = server_kinds()[0]  # builtin: what `chaosllm serve` runs with no flags
+    out = tmp / "ceiling"
+    out.mkdir(exist_ok=True)
+    say(
+        f"  chaosllm serve ({kind.label}), the ceiling, bare Starlette, aimock: "
+        f"wrk -t{settings.threads} -c{settings.connections}"
+    )
+    cells: dict[str, dict[str, LoadResult]] = {}
+    responses = {p: out / f"{p}.http" for p in PAYLOADS}
+    with start_chaosllm(kind, payloads.recordings) as chaos:
+        bodies = {p: check_answer(chaos, payloads, p, None) for p in PAYLOADS}
+        for p in PAYLOADS:
+            responses[p].write_bytes(ceiling.capture(chat_url(chaos), payloads.request_file(p)))
+        cells["chaosllm"] = {p: measure(chaos, payloads, p, settings) for p in PAYLOADS}
+    cells["ceiling"] = {}
+    for p in PAYLOADS:
+        argv = [sys.executable, str(BENCH_DIR / "ceiling.py"), "--response", str(responses[p])]
+        with running(f"ceiling[{p}]", argv) as server:
+            check_answer(server, payloads, p, bodies[p])
+            cells["ceiling"][p] = measure(server, payloads, p, settings)
+    write_bare_payloads(out / "bare-payloads.json", bodies)
+    cells["bare"] = measure_bare(kind, out / "bare-payloads.json", payloads, settings)
+    found = _aimock(results, "ceiling: aimock", "ceiling_aimock")
+    if found is not None:
+        cells["aimock"] = measure_aimock(found, payloads, tmp, settings)[1]
+    labels = {
+        "ceiling": "uvloop + httptools, fixed bytes",
+        "chaosllm": f"chaosllm serve ({kind.label})",
+        "bare": f"bare Starlette ({kind.label})",
+        "aimock": "aimock",
+    }
+    ratio_names = {"chaosllm": "chaosllm serve", "bare": "bare Starlette"}
+    ratios: dict[str, float] = {}
+    for p in PAYLOADS:
+        for name in (n for n in labels if n in cells):
+            r = cells[name][p]
+            note = (
+                f"p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, server CPU {_pct(r.server_cpu_pct)}"
+            )
+            if name == "ceiling" and not r.noisy and (r.server_cpu_pct or 100.0) < 90.0:
+                note += " (below a core: the load generator may be the limit)"
+            results.add(f"ceiling {p}: {labels[name]} req/s", r.rps, " req/s", note=note)
+        # (numerator, denominator, target, note): the ratios of this payload's cells
+        pairs = [
+            ("chaosllm", "ceiling", CEILING_AT_LEAST, ""),
+            ("bare", "ceiling", None, "what Starlette on the same server leaves"),
+            ("chaosllm", "aimock", 1.25, ""),
+        ]
+        for over, under, target, why in pairs:
+            if over not in cells or under not in cells:
+                continue
+            a, b = cells[over][p], cells[under][p]
+            ratios[f"{over}/{under}/{p}"] = a.rps / b.rps
+            results.add(
+                f"ceiling {p}: {ratio_names[over]} / {under}",
+                a.rps / b.rps,
+                "x",
+                at_least=target,
+                note=(why + _noise(a, b)).removeprefix("; "),
+            )
+    results.data["ceiling"] = {
+        "server": kind.label,
+        "wrk": {"threads": settings.threads, "connections": settings.connections},
+        "response_bytes": {p: responses[p].stat().st_size for p in PAYLOADS},
+        "cells": {name: {p: r.to_json() for p, r in cell.items()} for name, cell in cells.items()},
+        "ratios": {name: round(value, 3) for name, value in ratios.items()},
+    }
 
 
 def startup(results: Results, tmp: Path, count: int, runs: int) -> Path:
@@ -1033,7 +1132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="~1 min: shorter cells, fewer runs")
     parser.add_argument("--duration", type=int, help="seconds measured per cell (default 5)")
     parser.add_argument("--warmup", type=int, help="seconds of warm-up per cell (default 2)")
-    parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
+    parser.add_argument(
+        "--threads", type=int, help="wrk threads (default 1; 2 in the ceiling section)"
+    )
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (32)")
     parser.add_argument(
         "--no-pin", action="store_true", help="do not pin servers and load to separate CPUs"
@@ -1046,6 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section_names = (
         "throughput",
         "aimock",
+        "ceiling",
         "startup",
         "nearest",
         "faults",
@@ -1087,7 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = LoadSettings(
         duration_s=args.duration or (2 if quick else 5),
         warmup_s=args.warmup if args.warmup is not None else (1 if quick else 2),
-        threads=args.threads,
+        threads=args.threads or 1,
         connections=args.connections,
     )
     pins = _pinning(not args.no_pin)
@@ -1140,6 +1242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 say("  aimock skipped: needs the throughput section")
 
+        def run_ceiling() -> None:  # issue #22: chaosllm serve / the stack's ceiling
+            ceiling_section(
+                results, payloads, tmp, dataclasses.replace(settings, threads=args.threads or 2)
+            )
+
         def run_startup() -> None:
             synthetic.append(startup(results, tmp, 10_000, 2 if quick else 3))
 
@@ -1176,6 +1283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections = [
             ("throughput", run_throughput),
             ("aimock", run_aimock),
+            ("ceiling", run_ceiling),
             ("startup", run_startup),
             ("nearest", run_nearest),
             ("faults", run_faults),
