@@ -113,11 +113,9 @@ def capture(url: str, request_file: Path, timeout: float = 10.0) -> bytes:
     keep-alive connection. Raises RuntimeError when it is not a keep-alive 200."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    body = request_file.read_bytes()
-    request = (
-        f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode("latin-1") + body
+    import workloads  # the driver's: the server itself needs none of it
+
+    request = workloads.raw_request(host, port, parts.path or "/", request_file.read_bytes())
     seen = _Capture()
     received = bytearray()
     with socket.create_connection((host, port), timeout=timeout) as sock:
