@@ -16,7 +16,10 @@ What it measures (see benchmarks/README.md for the method):
 7. the full journal's GC pause and p99 while it fills (``journal``);
 8. concurrent streams at ``--timing recorded`` (and aimock at the same per-chunk
    delay) and idle keep-alive connections (``concurrency``, ``concurrency.py``);
-9. time to first byte through the passthrough proxy with a live fault (``live``).
+9. time to first byte through the passthrough proxy with a live fault (``live``);
+10. ``chaosllm serve`` against the stack's ceiling (``ceiling.py``: uvloop + httptools
+    writing chaosllm's captured bytes), the bare app and aimock, one load (``ceiling``);
+11. the ``--server uvicorn`` path in process: DirectFront and the app (``asgi``).
 
 Prints a table of figures, targets and met/not met, and writes
 ``benchmarks/results/latest.json``. Exit status 0 when it ran (whether or not
