@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,15 +256,16 @@ def write_bare_payloads(path: Path, bodies: dict[str, bytes]) -> None:
     )
 
 
-def measure_bare(
-    kind: ServerKind, payload_file: Path, payloads: workloads.Payloads, settings: LoadSettings
-) -> dict[str, LoadResult]:
-    """The bare app on `kind`, its answers checked against the payload file: its cells."""
+@contextlib.contextmanager
+def checked_bare(
+    kind: ServerKind, payload_file: Path, payloads: workloads.Payloads
+) -> Iterator[ServerProcess]:
+    """The bare app running on `kind`, its answers checked against the payload file."""
     with start_bare(kind, payload_file) as bare:
         expected = json.loads(payload_file.read_text(encoding="utf-8"))
         check_answer(bare, payloads, "json", expected["json"].encode())
         check_answer(bare, payloads, "sse", "".join(expected["sse_frames"]).encode())
-        return {p: measure(bare, payloads, p, settings) for p in PAYLOADS}
+        yield bare
 
 
 def chat_url(server: ServerProcess) -> str:
@@ -418,7 +419,10 @@ def throughput(
                         chaos.pid, chat_url(chaos), payloads.request_file(p), settings
                     )
                     profiles[f"chaosllm/{kind.label}/{p}"] = prof
-        cells[f"bare/{kind.label}"] = measure_bare(kind, baseline_file, payloads, settings)
+        with checked_bare(kind, baseline_file, payloads) as bare:
+            cells[f"bare/{kind.label}"] = {
+                p: measure(bare, payloads, p, settings) for p in PAYLOADS
+            }
     for kind in server_kinds():
         for p in PAYLOADS:
             chaos_cell = cells[f"chaosllm/{kind.label}"][p]
@@ -496,11 +500,12 @@ def _aimock(results: Results, figure: str, key: str) -> aimock.Aimock | None:
     return found
 
 
-def measure_aimock(
-    found: aimock.Aimock, payloads: workloads.Payloads, tmp: Path, settings: LoadSettings
-) -> tuple[int, dict[str, LoadResult]]:
-    """aimock serving the benchmark's two answers (its stream cut into 20 frames): its
-    ``--chunk-size`` and its cells."""
+@contextlib.contextmanager
+def checked_aimock(
+    found: aimock.Aimock, payloads: workloads.Payloads, tmp: Path
+) -> Iterator[tuple[ServerProcess, int]]:
+    """aimock running with the benchmark's two answers (its stream cut into 20 frames),
+    its answers checked; and its ``--chunk-size``."""
     chunk = aimock.chunk_size_for(workloads.STREAM_ANSWER, workloads.SSE_FRAMES - 3)
     fixtures = aimock.write_fixtures(
         tmp / "aimock-fixtures",
@@ -513,7 +518,7 @@ def measure_aimock(
     with running("aimock", found.argv(fixtures, chunk)) as server:
         for p in PAYLOADS:
             check_answer(server, payloads, p, None)
-        return chunk, {p: measure(server, payloads, p, settings) for p in PAYLOADS}
+        yield server, chunk
 
 
 def versus_aimock(
@@ -528,7 +533,8 @@ def versus_aimock(
     found = _aimock(results, "aimock comparison", "aimock")
     if found is None:
         return
-    chunk, aim = measure_aimock(found, payloads, tmp, settings)
+    with checked_aimock(found, payloads, tmp) as (server, chunk):
+        aim = {p: measure(server, payloads, p, settings) for p in PAYLOADS}
     data: dict[str, Any] = {
         "version": found.version,
         "chunk_size": chunk,
@@ -572,7 +578,11 @@ CEILING_AT_LEAST = 0.4
 
 
 def ceiling_section(
-    results: Results, payloads: workloads.Payloads, tmp: Path, settings: LoadSettings
+    results: Results,
+    payloads: workloads.Payloads,
+    tmp: Path,
+    settings: LoadSettings,
+    rounds: int = 2,
 ) -> None:
     """Issue #22: the stack's ceiling (`ceiling.py`: uvloop + httptools writing the bytes
     chaosllm answered, captured from it first) beside ``chaosllm serve`` (the default
@@ -585,24 +595,39 @@ def ceiling_section(
         f"  chaosllm serve ({kind.label}), the ceiling, bare Starlette, aimock: "
         f"wrk -t{settings.threads} -c{settings.connections}"
     )
-    cells: dict[str, dict[str, LoadResult]] = {}
     responses = {p: out / f"{p}.http" for p in PAYLOADS}
-    with start_chaosllm(kind, payloads.recordings) as chaos:
+    # Every server up at once (idle, they cost nothing), then loaded one at a time, round
+    # after round: each ratio compares cells measured minutes apart at most, in
+    # alternating order, and each server keeps its least disturbed cell.
+    with contextlib.ExitStack() as up:
+        chaos = up.enter_context(start_chaosllm(kind, payloads.recordings))
         bodies = {p: check_answer(chaos, payloads, p, None) for p in PAYLOADS}
         for p in PAYLOADS:
             responses[p].write_bytes(ceiling.capture(chat_url(chaos), payloads.request_file(p)))
-        cells["chaosllm"] = {p: measure(chaos, payloads, p, settings) for p in PAYLOADS}
-    cells["ceiling"] = {}
-    for p in PAYLOADS:
-        argv = [sys.executable, str(BENCH_DIR / "ceiling.py"), "--response", str(responses[p])]
-        with running(f"ceiling[{p}]", argv) as server:
-            check_answer(server, payloads, p, bodies[p])
-            cells["ceiling"][p] = measure(server, payloads, p, settings)
-    write_bare_payloads(out / "bare-payloads.json", bodies)
-    cells["bare"] = measure_bare(kind, out / "bare-payloads.json", payloads, settings)
-    found = _aimock(results, "ceiling: aimock", "ceiling_aimock")
-    if found is not None:
-        cells["aimock"] = measure_aimock(found, payloads, tmp, settings)[1]
+        servers: dict[str, dict[str, ServerProcess]] = {
+            "ceiling": {},
+            "chaosllm": dict.fromkeys(PAYLOADS, chaos),
+        }
+        for p in PAYLOADS:
+            argv = [sys.executable, str(BENCH_DIR / "ceiling.py"), "--response", str(responses[p])]
+            servers["ceiling"][p] = up.enter_context(running(f"ceiling[{p}]", argv))
+            check_answer(servers["ceiling"][p], payloads, p, bodies[p])
+        write_bare_payloads(out / "bare-payloads.json", bodies)
+        bare = up.enter_context(checked_bare(kind, out / "bare-payloads.json", payloads))
+        servers["bare"] = dict.fromkeys(PAYLOADS, bare)
+        found = _aimock(results, "ceiling: aimock", "ceiling_aimock")
+        if found is not None:
+            aim = up.enter_context(checked_aimock(found, payloads, tmp))[0]
+            servers["aimock"] = dict.fromkeys(PAYLOADS, aim)
+        cells: dict[str, dict[str, LoadResult]] = {name: {} for name in servers}
+        for turn in range(rounds):
+            say(f"  round {turn + 1} of {rounds}")
+            for p in PAYLOADS:
+                for name in list(servers)[:: -1 if turn % 2 else 1]:
+                    cell = measure(servers[name][p], payloads, p, settings)
+                    kept = cells[name].get(p)
+                    if kept is None or (cell.other_cpu_pct or 0) < (kept.other_cpu_pct or 0):
+                        cells[name][p] = cell
     labels = {
         "ceiling": "uvloop + httptools, fixed bytes",
         "chaosllm": f"chaosllm serve ({kind.label})",
@@ -641,6 +666,7 @@ def ceiling_section(
     results.data["ceiling"] = {
         "server": kind.label,
         "wrk": {"threads": settings.threads, "connections": settings.connections},
+        "rounds": rounds,
         "response_bytes": {p: responses[p].stat().st_size for p in PAYLOADS},
         "cells": {name: {p: r.to_json() for p, r in cell.items()} for name, cell in cells.items()},
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
@@ -1270,7 +1296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def run_ceiling() -> None:  # issue #22: chaosllm serve / the stack's ceiling
             ceiling_section(
-                results, payloads, tmp, dataclasses.replace(settings, threads=args.threads or 2)
+                results,
+                payloads,
+                tmp,
+                dataclasses.replace(settings, threads=args.threads or 2),
+                1 if quick else 2,
             )
 
         def run_asgi() -> None:  # issue #22: the --server uvicorn path, in process
