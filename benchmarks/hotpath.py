@@ -30,12 +30,12 @@ import workloads
 if TYPE_CHECKING:
     from chaosllm.http.state import ChaosState
 
-__all__ = ["hot_path_costs"]
+__all__ = ["Call", "cpu_us_per_call", "hot_path_costs", "in_process_calls"]
 
 Call = Callable[[], object]
 
 
-def _calls(payloads: workloads.Payloads) -> tuple[ChaosState, dict[str, Call]]:
+def in_process_calls(payloads: workloads.Payloads) -> tuple[ChaosState, dict[str, Call]]:
     from chaosllm.config import ServerConfig
     from chaosllm.core.engine import ProviderCall
     from chaosllm.http.direct import DirectHandler
@@ -94,7 +94,7 @@ def _calls(payloads: workloads.Payloads) -> tuple[ChaosState, dict[str, Call]]:
     return state, calls
 
 
-def _time(call: Call, requests: int) -> float:
+def cpu_us_per_call(call: Call, requests: int) -> float:
     # CPU time of this process, not wall time: on a shared machine the time the process
     # waits for a core is someone else's.
     gc.collect()
@@ -109,12 +109,12 @@ def hot_path_costs(
 ) -> dict[str, float]:
     """µs per request, best of `repeats` (round robin): ``direct/json``,
     ``direct/json+session``, ``direct/sse``, ``engine/json``."""
-    state, calls = _calls(payloads)
+    state, calls = in_process_calls(payloads)
     best = dict.fromkeys(calls, float("inf"))
     for _ in range(repeats):
         for label, call in calls.items():
             state.journal.clear()
-            best[label] = min(best[label], _time(call, requests))
+            best[label] = min(best[label], cpu_us_per_call(call, requests))
     return {label: round(value, 2) for label, value in best.items()}
 
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         payloads = workloads.make_bench_recordings(Path(tmp))
         if args.profile:
-            _, calls = _calls(payloads)
+            _, calls = in_process_calls(payloads)
             call = calls["direct/json+session" if args.session else "direct/json"]
             profiler = cProfile.Profile()
             profiler.enable()

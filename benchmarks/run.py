@@ -16,7 +16,10 @@ What it measures (see benchmarks/README.md for the method):
 7. the full journal's GC pause and p99 while it fills (``journal``);
 8. concurrent streams at ``--timing recorded`` (and aimock at the same per-chunk
    delay) and idle keep-alive connections (``concurrency``, ``concurrency.py``);
-9. time to first byte through the passthrough proxy with a live fault (``live``).
+9. time to first byte through the passthrough proxy with a live fault (``live``);
+10. ``chaosllm serve`` against the stack's ceiling (``ceiling.py``: uvloop + httptools
+    writing chaosllm's captured bytes), the bare app and aimock, one load (``ceiling``);
+11. the ``--server uvicorn`` path in process: DirectFront and the app (``asgi``).
 
 Prints a table of figures, targets and met/not met, and writes
 ``benchmarks/results/latest.json``. Exit status 0 when it ran (whether or not
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -37,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import aimock
 import appcost
+import ceiling
 import concurrency
 import faultbench
 import hotpath
@@ -243,6 +248,26 @@ def start_bare(
     return running(f"bare[{kind.label}]", argv)
 
 
+def write_bare_payloads(path: Path, bodies: dict[str, bytes]) -> None:
+    """The bare app's payload file: chaosllm's JSON answer and its stream's frames."""
+    frames = [f + "\n\n" for f in bodies["sse"].decode().split("\n\n") if f]
+    path.write_text(
+        json.dumps({"json": bodies["json"].decode(), "sse_frames": frames}), encoding="utf-8"
+    )
+
+
+@contextlib.contextmanager
+def checked_bare(
+    kind: ServerKind, payload_file: Path, payloads: workloads.Payloads
+) -> Iterator[ServerProcess]:
+    """The bare app running on `kind`, its answers checked against the payload file."""
+    with start_bare(kind, payload_file) as bare:
+        expected = json.loads(payload_file.read_text(encoding="utf-8"))
+        check_answer(bare, payloads, "json", expected["json"].encode())
+        check_answer(bare, payloads, "sse", "".join(expected["sse_frames"]).encode())
+        yield bare
+
+
 def chat_url(server: ServerProcess) -> str:
     return server.url + "/v1/chat/completions"
 
@@ -340,6 +365,38 @@ def app_costs(payloads: workloads.Payloads) -> dict[str, float]:
     return _COSTS
 
 
+ASGI_AT_MOST_US = 60.0
+"""Issue #22: a JSON replay through the --server uvicorn path, in process (through
+DirectFront, and through the whole app: the figure the issue's 108 us is)."""
+
+
+def asgi_figures(results: Results, payloads: workloads.Payloads) -> None:
+    """The in-process cost of the ``--server uvicorn`` path (`appcost`): a provider POST
+    through `DirectFront` and through the whole Starlette app, beside the bare app.
+    Added once a run (the throughput and asgi sections both ask)."""
+    if any(f.name.startswith("in-process ASGI") for f in results.figures):
+        return
+    costs = app_costs(payloads)
+    for p in PAYLOADS:
+        front_us, chaos_us, bare_us = (costs[f"{k}/{p}"] for k in ("front", "chaosllm", "bare"))
+        results.add(
+            f"in-process ASGI (--server uvicorn), {p}: DirectFront us/request",
+            front_us,
+            " us",
+            at_most=ASGI_AT_MOST_US if p == "json" else None,
+            note="what uvicorn calls for a provider POST in replay mode (no server, "
+            "no socket)" + _noise(*_COST_PROBES),
+        )
+        results.add(
+            f"in-process ASGI (--server uvicorn), {p}: Starlette app us/request",
+            chaos_us,
+            " us",
+            at_most=ASGI_AT_MOST_US if p == "json" else None,
+            note=f"the whole app, as any other request; bare Starlette {bare_us:.1f} us: "
+            f"chaosllm adds {chaos_us - bare_us:.1f} us" + _noise(*_COST_PROBES),
+        )
+
+
 def throughput(
     results: Results, payloads: workloads.Payloads, tmp: Path, settings: LoadSettings, profile: bool
 ) -> dict[str, dict[str, LoadResult]]:
@@ -352,11 +409,7 @@ def throughput(
         with start_chaosllm(kind, payloads.recordings) as chaos:
             bodies = {p: check_answer(chaos, payloads, p, None) for p in PAYLOADS}
             if not baseline_file.exists():
-                frames = [f + "\n\n" for f in bodies["sse"].decode().split("\n\n") if f]
-                baseline_file.write_text(
-                    json.dumps({"json": bodies["json"].decode(), "sse_frames": frames}),
-                    encoding="utf-8",
-                )
+                write_bare_payloads(baseline_file, bodies)
             cells[f"chaosllm/{kind.label}"] = {
                 p: measure(chaos, payloads, p, settings) for p in PAYLOADS
             }
@@ -366,10 +419,7 @@ def throughput(
                         chaos.pid, chat_url(chaos), payloads.request_file(p), settings
                     )
                     profiles[f"chaosllm/{kind.label}/{p}"] = prof
-        with start_bare(kind, baseline_file) as bare:
-            expected = json.loads(baseline_file.read_text(encoding="utf-8"))
-            check_answer(bare, payloads, "json", expected["json"].encode())
-            check_answer(bare, payloads, "sse", "".join(expected["sse_frames"]).encode())
+        with checked_bare(kind, baseline_file, payloads) as bare:
             cells[f"bare/{kind.label}"] = {
                 p: measure(bare, payloads, p, settings) for p in PAYLOADS
             }
@@ -422,17 +472,7 @@ def throughput(
         note="20 frames" + _noise(hot_probe),
     )
     results.data["hot_path_us"] = hot
-    costs = app_costs(payloads)
-    for p in PAYLOADS:
-        chaos_us, bare_us = costs[f"chaosllm/{p}"], costs[f"bare/{p}"]
-        results.add(
-            f"in-process ASGI app (--server uvicorn), {p}: chaosllm us/request",
-            chaos_us,
-            " us",
-            note=f"bare Starlette {bare_us:.1f} us: chaosllm adds "
-            f"{chaos_us - bare_us:.1f} us per request (no server, no socket)"
-            + _noise(*_COST_PROBES),
-        )
+    asgi_figures(results, payloads)
     results.data["throughput"] = {
         name: {p: r.to_json() for p, r in cell.items()} for name, cell in cells.items()
     }
@@ -460,18 +500,12 @@ def _aimock(results: Results, figure: str, key: str) -> aimock.Aimock | None:
     return found
 
 
-def versus_aimock(
-    results: Results,
-    payloads: workloads.Payloads,
-    tmp: Path,
-    settings: LoadSettings,
-    cells: dict[str, dict[str, LoadResult]],
-) -> None:
-    """Section 3: aimock serving the same answers; chaosllm's default server (and its
-    fastest) against it."""
-    found = _aimock(results, "aimock comparison", "aimock")
-    if found is None:
-        return
+@contextlib.contextmanager
+def checked_aimock(
+    found: aimock.Aimock, payloads: workloads.Payloads, tmp: Path
+) -> Iterator[tuple[ServerProcess, int]]:
+    """aimock running with the benchmark's two answers (its stream cut into 20 frames),
+    its answers checked; and its ``--chunk-size``."""
     chunk = aimock.chunk_size_for(workloads.STREAM_ANSWER, workloads.SSE_FRAMES - 3)
     fixtures = aimock.write_fixtures(
         tmp / "aimock-fixtures",
@@ -484,6 +518,22 @@ def versus_aimock(
     with running("aimock", found.argv(fixtures, chunk)) as server:
         for p in PAYLOADS:
             check_answer(server, payloads, p, None)
+        yield server, chunk
+
+
+def versus_aimock(
+    results: Results,
+    payloads: workloads.Payloads,
+    tmp: Path,
+    settings: LoadSettings,
+    cells: dict[str, dict[str, LoadResult]],
+) -> None:
+    """Section 3: aimock serving the same answers; chaosllm's default server (and its
+    fastest) against it."""
+    found = _aimock(results, "aimock comparison", "aimock")
+    if found is None:
+        return
+    with checked_aimock(found, payloads, tmp) as (server, chunk):
         aim = {p: measure(server, payloads, p, settings) for p in PAYLOADS}
     data: dict[str, Any] = {
         "version": found.version,
@@ -521,6 +571,106 @@ def versus_aimock(
             "fastest_ratio": round(best.rps / aim[p].rps, 3),
         }
     results.data["aimock"] = data
+
+
+CEILING_AT_LEAST = 0.4
+"""Issue #22: chaosllm serve's share of the stack's capacity, JSON and 20-frame SSE."""
+
+
+def ceiling_section(
+    results: Results,
+    payloads: workloads.Payloads,
+    tmp: Path,
+    settings: LoadSettings,
+    rounds: int = 2,
+) -> None:
+    """Issue #22: the stack's ceiling (`ceiling.py`: uvloop + httptools writing the bytes
+    chaosllm answered, captured from it first) beside ``chaosllm serve`` (the default
+    server), the bare Starlette app on that server and aimock, in one run, the same
+    load: chaosllm / ceiling, bare / ceiling and chaosllm / aimock, JSON and SSE."""
+    kind = server_kinds()[0]  # builtin: what `chaosllm serve` runs with no flags
+    out = tmp / "ceiling"
+    out.mkdir(exist_ok=True)
+    say(
+        f"  chaosllm serve ({kind.label}), the ceiling, bare Starlette, aimock: "
+        f"wrk -t{settings.threads} -c{settings.connections}"
+    )
+    responses = {p: out / f"{p}.http" for p in PAYLOADS}
+    # Every server up at once (idle, they cost nothing), then loaded one at a time, round
+    # after round: each ratio compares cells measured minutes apart at most, in
+    # alternating order, and each server keeps its least disturbed cell.
+    with contextlib.ExitStack() as up:
+        chaos = up.enter_context(start_chaosllm(kind, payloads.recordings))
+        bodies = {p: check_answer(chaos, payloads, p, None) for p in PAYLOADS}
+        for p in PAYLOADS:
+            responses[p].write_bytes(ceiling.capture(chat_url(chaos), payloads.request_file(p)))
+        servers: dict[str, dict[str, ServerProcess]] = {
+            "ceiling": {},
+            "chaosllm": dict.fromkeys(PAYLOADS, chaos),
+        }
+        for p in PAYLOADS:
+            argv = [sys.executable, str(BENCH_DIR / "ceiling.py"), "--response", str(responses[p])]
+            servers["ceiling"][p] = up.enter_context(running(f"ceiling[{p}]", argv))
+            check_answer(servers["ceiling"][p], payloads, p, bodies[p])
+        write_bare_payloads(out / "bare-payloads.json", bodies)
+        bare = up.enter_context(checked_bare(kind, out / "bare-payloads.json", payloads))
+        servers["bare"] = dict.fromkeys(PAYLOADS, bare)
+        found = _aimock(results, "ceiling: aimock", "ceiling_aimock")
+        if found is not None:
+            aim = up.enter_context(checked_aimock(found, payloads, tmp))[0]
+            servers["aimock"] = dict.fromkeys(PAYLOADS, aim)
+        cells: dict[str, dict[str, LoadResult]] = {name: {} for name in servers}
+        for turn in range(rounds):
+            say(f"  round {turn + 1} of {rounds}")
+            for p in PAYLOADS:
+                for name in list(servers)[:: -1 if turn % 2 else 1]:
+                    cell = measure(servers[name][p], payloads, p, settings)
+                    kept = cells[name].get(p)
+                    if kept is None or (cell.other_cpu_pct or 0) < (kept.other_cpu_pct or 0):
+                        cells[name][p] = cell
+    labels = {
+        "ceiling": "uvloop + httptools, fixed bytes",
+        "chaosllm": f"chaosllm serve ({kind.label})",
+        "bare": f"bare Starlette ({kind.label})",
+        "aimock": "aimock",
+    }
+    ratio_names = {"chaosllm": "chaosllm serve", "bare": "bare Starlette"}
+    ratios: dict[str, float] = {}
+    for p in PAYLOADS:
+        for name in (n for n in labels if n in cells):
+            r = cells[name][p]
+            note = (
+                f"p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, server CPU {_pct(r.server_cpu_pct)}"
+            )
+            if name == "ceiling" and not r.noisy and (r.server_cpu_pct or 100.0) < 90.0:
+                note += " (below a core: the load generator may be the limit)"
+            results.add(f"ceiling {p}: {labels[name]} req/s", r.rps, " req/s", note=note)
+        # (numerator, denominator, target, note): the ratios of this payload's cells
+        pairs = [
+            ("chaosllm", "ceiling", CEILING_AT_LEAST, ""),
+            ("bare", "ceiling", None, "what Starlette on the same server leaves"),
+            ("chaosllm", "aimock", 1.25, ""),
+        ]
+        for over, under, target, why in pairs:
+            if over not in cells or under not in cells:
+                continue
+            a, b = cells[over][p], cells[under][p]
+            ratios[f"{over}/{under}/{p}"] = a.rps / b.rps
+            results.add(
+                f"ceiling {p}: {ratio_names[over]} / {under}",
+                a.rps / b.rps,
+                "x",
+                at_least=target,
+                note=(why + _noise(a, b)).removeprefix("; "),
+            )
+    results.data["ceiling"] = {
+        "server": kind.label,
+        "wrk": {"threads": settings.threads, "connections": settings.connections},
+        "rounds": rounds,
+        "response_bytes": {p: responses[p].stat().st_size for p in PAYLOADS},
+        "cells": {name: {p: r.to_json() for p, r in cell.items()} for name, cell in cells.items()},
+        "ratios": {name: round(value, 3) for name, value in ratios.items()},
+    }
 
 
 def startup(results: Results, tmp: Path, count: int, runs: int) -> Path:
@@ -1033,7 +1183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="~1 min: shorter cells, fewer runs")
     parser.add_argument("--duration", type=int, help="seconds measured per cell (default 5)")
     parser.add_argument("--warmup", type=int, help="seconds of warm-up per cell (default 2)")
-    parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
+    parser.add_argument(
+        "--threads", type=int, help="wrk threads (default 1; 2 in the ceiling section)"
+    )
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (32)")
     parser.add_argument(
         "--no-pin", action="store_true", help="do not pin servers and load to separate CPUs"
@@ -1046,6 +1198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     section_names = (
         "throughput",
         "aimock",
+        "ceiling",
+        "asgi",
         "startup",
         "nearest",
         "faults",
@@ -1087,7 +1241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = LoadSettings(
         duration_s=args.duration or (2 if quick else 5),
         warmup_s=args.warmup if args.warmup is not None else (1 if quick else 2),
-        threads=args.threads,
+        threads=args.threads or 1,
         connections=args.connections,
     )
     pins = _pinning(not args.no_pin)
@@ -1140,6 +1294,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 say("  aimock skipped: needs the throughput section")
 
+        def run_ceiling() -> None:  # issue #22: chaosllm serve / the stack's ceiling
+            ceiling_section(
+                results,
+                payloads,
+                tmp,
+                dataclasses.replace(settings, threads=args.threads or 2),
+                1 if quick else 2,
+            )
+
+        def run_asgi() -> None:  # issue #22: the --server uvicorn path, in process
+            asgi_figures(results, payloads)
+
         def run_startup() -> None:
             synthetic.append(startup(results, tmp, 10_000, 2 if quick else 3))
 
@@ -1176,6 +1342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections = [
             ("throughput", run_throughput),
             ("aimock", run_aimock),
+            ("ceiling", run_ceiling),
+            ("asgi", run_asgi),
             ("startup", run_startup),
             ("nearest", run_nearest),
             ("faults", run_faults),

@@ -29,6 +29,7 @@ __all__ = [
     "Payloads",
     "count_frames",
     "make_bench_recordings",
+    "raw_request",
     "synthetic_recordings",
 ]
 
@@ -128,6 +129,15 @@ def count_frames(body: bytes) -> int:
     return sum(
         1 for event in events if any(line.startswith(b"data:") for line in event.split(b"\n"))
     )
+
+
+def raw_request(host: str, port: int, path: str, body: bytes) -> bytes:
+    """The request `wrk` sends with ``post.lua``: POST, Host, Content-Type, Content-Length."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
 
 
 def fetch(url: str, request_file: Path, headers: dict[str, str] | None = None) -> httpx.Response:
