@@ -154,6 +154,13 @@ class ResponsePlan:
     """With `Ending.STALL`: the longest silence before the socket is closed."""
     close_after: bool = False
     """Close the connection after a complete message (no keep-alive)."""
+    compiled: dict[object, object] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
+    """The wire programs this plan compiled into, by variant (kind of request, kind of
+    server), filled on first use by `chaosllm.wire.program`: not part of the plan's value
+    (not an argument, not compared, not hashed), and never copied by `with_`, so a plan
+    kept and served again is compiled once."""
 
     @property
     def body_length(self) -> int:
