@@ -23,10 +23,10 @@ import pytest
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.wire import WireServer, send_plan
+from chaosllm.wire.asgi import Receive, Scope, Send
 from chaosllm.wire.pacer import Pacer
 from chaosllm.wire.player import Player
 from chaosllm.wire.protocol import Connection
-from chaosllm.wire.asgi import Receive, Scope, Send
 
 pytestmark = pytest.mark.timeout(60)
 
