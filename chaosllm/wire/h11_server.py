@@ -83,6 +83,7 @@ from chaosllm.wire.common import (
     body_deadline,
     connection_cap,
     error_body,
+    error_response,
     path_of,
     version_refusal,
 )
@@ -619,13 +620,8 @@ class _Connection:
         and mark the connection for closing."""
         self.must_close = True
         body = error_body(self.server.error_body, path, status, message, type_, code)
-        head = (
-            b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n"
-            % (status, PHRASES.get(status, b""), http_date(), len(body))
-        )
         with contextlib.suppress(_Gone):
-            await self.write(head + body)
+            await self.write(error_response(body, status))
 
     async def _internal_error(self, path: str) -> None:
         await self._error(500, "Internal server error", "internal_error", "server_error", path=path)

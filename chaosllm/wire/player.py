@@ -62,17 +62,23 @@ def play_at_once(line: Line, program: Program, report: PlanReport) -> None:
         report.outcome = Outcome.CLIENT_GONE
         line.close()
         return
-    _, _, frames, size, head = program.segments[0]
-    data = program.first()
+    _put(line, program, 0, report)
+    report.outcome = Outcome.COMPLETE
+    if program.ending != KEEP or not program.keep or line.must_close:
+        line.close()
+
+
+def _put(line: Line, program: Program, index: int, report: PlanReport) -> None:
+    """Write segment `index` and count it in `report`."""
+    _, data, frames, size, head = program.segments[index]
+    if index == 0:
+        data = program.first()
     if data:
         line.send(data)
     if head:
         report.head_sent = True
     report.frames_sent += frames
     report.bytes_sent += size
-    report.outcome = Outcome.COMPLETE
-    if program.ending != KEEP or not program.keep or line.must_close:
-        line.close()
 
 
 class Player:
@@ -118,7 +124,7 @@ class Player:
         report = self.report
         try:
             while self.index < len(segments):
-                delay, data, frames, size, head = segments[self.index]
+                delay = segments[self.index][0]
                 if delay > 0:
                     if not self.paused and not (line.eof or line.closed):
                         self._wait(delay)
@@ -131,14 +137,7 @@ class Player:
                 if line.closed or line.gone:
                     self._gone()
                     return
-                if self.index == 0:
-                    data = program.first()
-                if data:
-                    line.send(data)
-                if head:
-                    report.head_sent = True
-                report.frames_sent += frames
-                report.bytes_sent += size
+                _put(line, program, self.index, report)
                 self.index += 1
                 if line.flow.write_paused:
                     self._hand_over()
