@@ -139,8 +139,21 @@ class Piece:
     """Whether this piece is an SSE frame (counted in `frames sent`)."""
 
 
+class _Compiled:
+    """Where a `ResponsePlan` keeps the wire programs it compiled into: one slot, outside
+    the dataclass's fields, so it is no argument of the constructor, is not compared,
+    hashed, copied by `with_` or pickled, and `dataclasses.fields` does not list it."""
+
+    __slots__ = ("compiled",)
+
+    compiled: dict[object, object]
+    """By variant (kind of request, kind of server), filled on first use by
+    `chaosllm.wire.program` (unset until then), so that a plan kept and served again is
+    compiled once."""
+
+
 @dataclass(frozen=True, slots=True)
-class ResponsePlan:
+class ResponsePlan(_Compiled):
     status: int
     headers: tuple[tuple[str, str], ...]
     pieces: tuple[Piece, ...]
@@ -154,13 +167,6 @@ class ResponsePlan:
     """With `Ending.STALL`: the longest silence before the socket is closed."""
     close_after: bool = False
     """Close the connection after a complete message (no keep-alive)."""
-    compiled: dict[object, object] | None = field(
-        default=None, init=False, compare=False, repr=False
-    )
-    """The wire programs this plan compiled into, by variant (kind of request, kind of
-    server), filled on first use by `chaosllm.wire.program`: not part of the plan's value
-    (not an argument, not compared, not hashed), and never copied by `with_`, so a plan
-    kept and served again is compiled once."""
 
     @property
     def body_length(self) -> int:

@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import pickle
 import re
 from dataclasses import dataclass, field
 
@@ -331,4 +333,10 @@ def test_a_plan_keeps_its_programs_and_its_value() -> None:
     assert program_for(plan, **options) is first
     assert program_for(plan, **{**options, "close": True}) is not first
     assert plan == twin and hash(plan) == hash(twin) and repr(plan) == repr(twin)
-    assert plan.with_(status=201).compiled is None
+    assert not hasattr(plan.with_(status=201), "compiled")
+    assert [f.name for f in dataclasses.fields(plan)] == [
+        f.name for f in dataclasses.fields(twin)
+    ] and "compiled" not in {f.name for f in dataclasses.fields(plan)}
+    assert ResponsePlan(*(getattr(plan, f.name) for f in dataclasses.fields(plan))) == plan
+    copied = pickle.loads(pickle.dumps(plan))
+    assert copied == plan and not hasattr(copied, "compiled")

@@ -149,13 +149,17 @@ class AsgiProgram(Steps[AsgiPart]):
 
 
 def _cached(plan: ResponsePlan, key: object) -> object | None:
-    cache = plan.compiled
-    return None if cache is None else cache.get(key)
+    try:
+        cache = plan.compiled
+    except AttributeError:  # nothing compiled yet
+        return None
+    return cache.get(key)
 
 
 def _keep(plan: ResponsePlan, key: object, program: object) -> None:
-    cache = plan.compiled
-    if cache is None:
+    try:
+        cache = plan.compiled
+    except AttributeError:
         cache = {}
         object.__setattr__(plan, "compiled", cache)  # a cache, not part of the value
     cache[key] = program
