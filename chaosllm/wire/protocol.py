@@ -5,13 +5,10 @@ Theory of operation
 Every accepted socket is one `Connection`. There is no task per connection, and none
 per request unless the request needs one:
 
-1. The parser's callbacks build the request (`chaosllm.wire.request`): the head (at most
-   `MAX_HEAD` bytes: 431; an HTTP version other than 1.0 and 1.1: 505; Content-Length
-   together with Transfer-Encoding, RFC 9112 section 6.1: 400 and the connection
-   closed; any other malformed HTTP: 400), then the whole body (over `max_body_bytes`,
-   declared or counted as it arrives: 413, then a lingering close). Complete requests
-   queue in arrival order (pipelining); reading pauses while more than `MAX_STASH`
-   bytes are queued behind a response in flight, or while the client does not read
+1. The reader (`chaosllm.wire.reader`, httptools' callbacks) builds each request, head
+   and whole body, within the limits, or a refusal of it. Complete requests queue in
+   arrival order (pipelining); reading pauses while more than `MAX_STASH` bytes are
+   queued behind a response in flight, or while the client does not read
    (`chaosllm.wire.flow`).
 2. The first queued request is answered when no other is in flight: the fast path
    (`direct`) first, which may return a plan for it; else the ASGI app, in a task, with
@@ -48,33 +45,27 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING, Final, cast
 
-import httptools
-
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.model import ResponsePlan
 from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
-    BOTH_FRAMINGS,
     LINGER_S,
-    MAX_HEAD,
     MAX_STASH,
     address,
     body_deadline,
     error_body,
     error_response,
     is_control,
-    path_of,
-    version_refusal,
 )
 from chaosllm.wire.cycle import AppCycle
 from chaosllm.wire.executor import execute
 from chaosllm.wire.flow import FlowControl
-from chaosllm.wire.head import tokens
 from chaosllm.wire.pacer import Pacer, Sleep
 from chaosllm.wire.player import Player, play_at_once
 from chaosllm.wire.program import Program, program_for
-from chaosllm.wire.request import Refusal, Request
+from chaosllm.wire.reader import BODY, HEAD, IDLE, RequestReader
+from chaosllm.wire.request import CONTINUE, Refusal, Request
 
 if TYPE_CHECKING:
     from chaosllm.wire.server import WireServer
@@ -84,13 +75,6 @@ __all__ = ["Connection"]
 logger = logging.getLogger("chaosllm.wire")
 
 _RST_LINGER: Final = struct.pack("ii", 1, 0)
-_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
-_STOP: Final = "chaosllm refused the request"
-
-# Parser states: waiting for a message (nothing of it received), in its head, in its body.
-_IDLE: Final = 0
-_HEAD: Final = 1
-_BODY: Final = 2
 
 
 class Connection(asyncio.Protocol):
@@ -103,18 +87,9 @@ class Connection(asyncio.Protocol):
         assert loop is not None
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
         self.client: tuple[str, int] | None = None
         self.local: tuple[str, int] | None = None
-        # the request being parsed
-        self.pstate = _IDLE
-        self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_size = 0
-        self.head_bytes = 0
-        self.req: Request | None = None
-        self.parts: list[bytes] = []
-        self.body_size = 0
+        self.reader = RequestReader(self, loop.time())
         # answering
         self.queue: deque[Request | Refusal] = deque()
         self.queued = 0
@@ -137,9 +112,6 @@ class Connection(asyncio.Protocol):
         now = loop.time()
         self.accepted = now
         self.ready_since = now
-        self.head_since = now
-        self.body_since = now
-        self.last_data = now
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
 
@@ -167,26 +139,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.discarding or self.closed:
             return
-        pstate = self.pstate
-        if pstate == _BODY:
-            self.last_data = self.loop.time()
-        else:
-            self.head_bytes += len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            # The request asked to switch protocols: it is answered as a plain request and
-            # the connection closed after it (on_headers_complete saw to both).
-            self.discarding = True
-        except httptools.HttpParserError as exc:
-            self._parse_error(exc)
-        if not self.discarding and self.pstate != _BODY and self.head_bytes > MAX_HEAD:
-            self._refuse(
-                431, f"Request head too large: the limit is {MAX_HEAD} bytes", "bad_request"
-            )
+        self.reader.feed(data)
         if not self.busy:
             self._pump()
-        elif self.queued + self.body_size > MAX_STASH and not self.flow.read_paused:
+        elif self.queued + self.reader.body_size > MAX_STASH and not self.flow.read_paused:
             self.flow.pause_reading()
 
     def eof_received(self) -> bool:
@@ -202,11 +158,12 @@ class Connection(asyncio.Protocol):
         if not self.closed:
             self.closed = True
             self._cleanup()
-        # The parser holds this protocol's callbacks: without this reference cycle the
-        # connection is freed here, by reference counting, instead of being left for the
-        # garbage collector (about 20 tracked objects a connection, whose full collections
-        # then pause every stream in flight). Nothing reads from a lost connection.
-        del self.parser
+        # The parser holds the reader's callbacks, the reader this connection: without
+        # these reference cycles the connection is freed here, by reference counting,
+        # instead of being left for the garbage collector (about 20 tracked objects a
+        # connection, whose full collections then pause every stream in flight). Nothing
+        # reads from a lost connection.
+        self.reader.release()
 
     def pause_writing(self) -> None:
         self.flow.pause_writing()
@@ -215,174 +172,6 @@ class Connection(asyncio.Protocol):
         self.flow.resume_writing()
         if not self.busy and not self.closed:
             self._pump()
-
-    # -- httptools callbacks -------------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        self.pstate = _HEAD
-        self.url = b""
-        self.headers = []
-        self.head_size = 0
-        self.head_since = self.loop.time()
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-        self.head_size += len(url)
-        if self.head_size > MAX_HEAD:
-            self._stop_parsing(
-                431, f"Request head too large: the limit is {MAX_HEAD} bytes", "bad_request"
-            )
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if value[-1:] in (b" ", b"\t"):
-            value = value.rstrip(b" \t")
-        self.headers.append((name.lower(), value))
-        self.head_size += len(name) + len(value) + 4
-        if self.head_size > MAX_HEAD:
-            self._stop_parsing(
-                431, f"Request head too large: the limit is {MAX_HEAD} bytes", "bad_request"
-            )
-
-    def on_headers_complete(self) -> None:
-        parser = self.parser
-        server = self.server
-        self.pstate = _BODY
-        self.head_bytes = 0
-        version = parser.get_http_version()
-        path = path_of(self.url)[2]
-        refusal = version_refusal(version)
-        if refusal is not None:
-            self._stop_parsing(505, refusal, "http_version_not_supported", path=path)
-        length: bytes | None = None
-        chunked = False
-        hosts = 0
-        close = False
-        expect = False
-        for name, value in self.headers:
-            if name == b"content-length":
-                length = value
-            elif name == b"transfer-encoding":
-                if chunked or value.lower() != b"chunked":
-                    self._stop_parsing(
-                        501,
-                        "Only Transfer-Encoding: chunked is supported",
-                        "bad_request",
-                        path=path,
-                    )
-                chunked = True
-            elif name == b"host":
-                hosts += 1
-            elif name == b"connection":
-                close = close or b"close" in tokens(value)
-            elif name == b"expect":
-                expect = expect or b"100-continue" in tokens(value)
-        if chunked and length is not None:
-            self._stop_parsing(400, BOTH_FRAMINGS, "bad_request", path=path)
-        if version == "1.1" and hosts != 1:
-            problem = "Missing mandatory Host: header" if not hosts else "Found multiple Host:"
-            self._stop_parsing(400, f"Malformed HTTP request: {problem}", "bad_request")
-        limit = server.max_body_bytes
-        declared = int(length) if length is not None else 0
-        if declared > limit:
-            self._stop_parsing(
-                413,
-                f"Request body too large: the limit is {limit} bytes",
-                "request_too_large",
-                path=path,
-                linger=True,
-            )
-        method = parser.get_method()
-        req = Request(method, self.url, version, self.headers, version == "1.1" and not close)
-        if parser.should_upgrade():
-            if declared or chunked:
-                self._stop_parsing(
-                    400, "Upgrade requests with a body are not supported", "bad_request", path=path
-                )
-            req.keep_alive = False  # served as a plain request; the connection then closes
-        self.req = req
-        self.parts = []
-        self.body_size = 0
-        self.body_since = self.last_data = self.loop.time()
-        if expect and version == "1.1":
-            if self.busy or self.queue:
-                req.want_continue = True
-            else:
-                self.write_quietly(_CONTINUE)
-
-    def on_body(self, body: bytes) -> None:
-        self.parts.append(body)
-        self.body_size += len(body)
-        if self.body_size > self.server.max_body_bytes:
-            req = self.req
-            self._stop_parsing(
-                413,
-                f"Request body too large: the limit is {self.server.max_body_bytes} bytes",
-                "request_too_large",
-                path=req.path if req is not None else None,
-                linger=True,
-            )
-
-    def on_message_complete(self) -> None:
-        req = self.req
-        if req is None:  # pragma: no cover - llhttp completes only headed messages
-            return
-        self.req = None
-        parts = self.parts
-        req.body = parts[0] if len(parts) == 1 else b"".join(parts)
-        self.parts = []
-        req.size = self.body_size + self.head_size + 64
-        self.body_size = 0
-        self.url = b""
-        self.pstate = _IDLE
-        self.queue.append(req)
-        self.queued += req.size
-
-    # -- refusals -----------------------------------------------------------------------
-
-    def _refuse(
-        self,
-        status: int,
-        message: str,
-        code: str,
-        *,
-        type_: str = "invalid_request_error",
-        path: str | None = None,
-        linger: bool = False,
-    ) -> None:
-        """Answer `status` in turn (after the requests before it), then close; nothing
-        more is read meanwhile."""
-        self.discarding = True
-        self.queue.append(Refusal(status, message, code, type_=type_, path=path, linger=linger))
-
-    def _stop_parsing(
-        self,
-        status: int,
-        message: str,
-        code: str,
-        *,
-        path: str | None = None,
-        linger: bool = False,
-    ) -> None:
-        self._refuse(status, message, code, path=path, linger=linger)
-        raise httptools.HttpParserError(_STOP)
-
-    def _parse_error(self, exc: httptools.HttpParserError) -> None:
-        if self.discarding:
-            return  # a refusal of ours is already queued
-        cause = exc.__context__
-        if isinstance(exc, httptools.HttpParserCallbackError) and cause is not None:
-            logger.error("request parsing failed", exc_info=cause)
-            self._refuse(500, "Internal server error", "internal_error", type_="server_error")
-            return
-        reason = str(exc)
-        path = path_of(self.url)[2] if self.url else None
-        if "HTTP version" in reason:
-            message = "Unsupported HTTP version: chaosllm speaks HTTP/1.1 and HTTP/1.0"
-            self._refuse(505, message, "http_version_not_supported", path=path)
-        elif "can't be present with" in reason:  # Content-Length with Transfer-Encoding
-            self._refuse(400, BOTH_FRAMINGS, "bad_request", path=path)
-        else:
-            self._refuse(400, f"Malformed HTTP request: {reason}", "bad_request")
 
     # -- the queue ----------------------------------------------------------------------
 
@@ -419,11 +208,11 @@ class Connection(asyncio.Protocol):
     def _wait_next(self) -> None:
         """Nothing in flight and nothing queued: close, or arm the timer for what comes."""
         server = self.server
-        if server.shutting_down and not (self.finish_one and self.pstate == _BODY):
+        if server.shutting_down and not (self.finish_one and self.reader.pstate == BODY):
             self.close()
             return
         if self.eof:
-            if self.pstate == _IDLE or self.discarding:
+            if self.reader.pstate == IDLE or self.discarding:
                 self.close()
             else:
                 self._answer_refusal(
@@ -436,11 +225,11 @@ class Connection(asyncio.Protocol):
             return
         if not self.flow.write_paused:
             self.flow.resume_reading()
-        req = self.req
+        req = self.reader.req
         if req is not None and req.want_continue:
             req.want_continue = False
-            self.write_quietly(_CONTINUE)
-        if self.pstate == _IDLE and not self.discarding:
+            self.write_quietly(CONTINUE)
+        if self.reader.pstate == IDLE and not self.discarding:
             server.idle[self] = None
         else:
             server.idle.pop(self, None)
@@ -448,19 +237,20 @@ class Connection(asyncio.Protocol):
 
     def _deadline(self) -> float:
         server = self.server
-        pstate = self.pstate
-        if pstate == _IDLE:
+        reader = self.reader
+        pstate = reader.pstate
+        if pstate == IDLE:
             if self.served == 0:
                 return self.accepted + server.header_timeout_s
             return self.ready_since + server.keepalive_timeout_s
-        if pstate == _HEAD:
+        if pstate == HEAD:
             if self.served == 0:
                 return self.accepted + server.header_timeout_s
-            return max(self.head_since, self.ready_since) + server.header_timeout_s
-        since = max(self.last_data, self.ready_since)
+            return max(reader.head_since, self.ready_since) + server.header_timeout_s
+        since = max(reader.last_data, self.ready_since)
         rate = body_deadline(
-            max(self.body_since, self.ready_since),
-            self.body_size,
+            max(reader.body_since, self.ready_since),
+            reader.body_size,
             server.body_timeout_s,
             server.body_min_rate,
         )
@@ -484,13 +274,13 @@ class Connection(asyncio.Protocol):
         if now < deadline:
             self._arm(deadline)
             return
-        pstate = self.pstate
-        if pstate == _IDLE or self.server.shutting_down:
+        pstate = self.reader.pstate
+        if pstate == IDLE or self.server.shutting_down:
             self.close()
-        elif pstate == _HEAD:
+        elif pstate == HEAD:
             self._answer_refusal(Refusal(408, "Timed out reading the request head", "timeout"))
         else:
-            req = self.req
+            req = self.reader.req
             self._answer_refusal(
                 Refusal(
                     408,
@@ -505,7 +295,7 @@ class Connection(asyncio.Protocol):
         body is arriving; an in-flight one closes the connection when done."""
         if self.closed or self.busy:
             return
-        if self.pstate == _BODY and not self.discarding:
+        if self.reader.pstate == BODY and not self.discarding:
             self.finish_one = True
             return
         self.close()
@@ -520,7 +310,7 @@ class Connection(asyncio.Protocol):
         # keeping it spares a timer per request under keep-alive load.
         if req.want_continue:
             req.want_continue = False
-            self.write_quietly(_CONTINUE)
+            self.write_quietly(CONTINUE)
         if self.over_cap:
             self.must_close = True
             if not is_control(req.path):

@@ -7,9 +7,14 @@ bytes buffered behind a response in flight (`size`).
 
 from __future__ import annotations
 
+from typing import Final
+
 from chaosllm.wire.common import path_of
 
-__all__ = ["Refusal", "Request"]
+__all__ = ["CONTINUE", "Refusal", "Request"]
+
+CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+"""The interim answer to ``Expect: 100-continue``."""
 
 
 class Request:
