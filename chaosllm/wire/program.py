@@ -26,15 +26,18 @@ Two kinds of program come out of one plan:
 Compiling is pure and done once: `program_for` and `asgi_program_for` keep what they
 compile on the plan itself (`ResponsePlan.compiled`), keyed by the few things that vary
 (the kind of request and whether the server wants to close), so a plan the engine keeps
-and serves again carries its programs, and the cache lives and dies with it.
+and serves again carries its programs, and the cache lives and dies with it. A plan made
+afresh for every request (a session's replay: fresh ids, the same headers) finds its
+head in `_head`'s memo, by value, since building a head costs more than the rest.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Final, Generic, TypeVar, cast
 
 from chaosllm.model import Ending, Framing, ResponsePlan
-from chaosllm.wire.head import CHUNKED, HTTP10, LENGTH, build_head, http_date
+from chaosllm.wire.head import CHUNKED, HTTP10, LENGTH, Head, build_head, http_date
 
 __all__ = [
     "FIN",
@@ -180,6 +183,34 @@ def program_for(
     return program
 
 
+@functools.lru_cache(maxsize=1024)
+def _head(
+    status: int,
+    headers: tuple[tuple[str, str], ...],
+    length: int,
+    is_head: bool,
+    http10: bool,
+    keep_alive: bool,
+    close: bool,
+) -> Head:
+    """The head of a plan with `status`, `headers` and a body of `length` (-1: chunked),
+    by value: a plan made afresh for each request (a session's replay, with fresh ids)
+    has the headers of the last one, and building a head costs more than the rest of
+    its program."""
+    encoded = [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in headers
+        if name.lower() not in _FRAMING_HEADERS
+    ]
+    if length >= 0:
+        encoded.append((b"content-length", b"%d" % length))
+    else:
+        encoded.append((b"transfer-encoding", b"chunked"))
+    return build_head(
+        status, encoded, is_head=is_head, http10=http10, keep_alive=keep_alive, close=close
+    )
+
+
 def compile_program(
     plan: ResponsePlan, *, is_head: bool, http10: bool, keep_alive: bool, close: bool
 ) -> Program:
@@ -197,23 +228,9 @@ def compile_program(
     raw = not plan.send_head
     mode, remaining, keep = HTTP10, 0, False
     if plan.send_head:
-        headers = [
-            (name.encode("latin-1"), value.encode("latin-1"))
-            for name, value in plan.headers
-            if name.lower() not in _FRAMING_HEADERS
-        ]
-        if plan.framing is Framing.LENGTH:
-            headers.append((b"content-length", b"%d" % plan.declared_length))
-        else:
-            headers.append((b"transfer-encoding", b"chunked"))
-        built = build_head(
-            plan.status,
-            headers,
-            is_head=is_head,
-            http10=http10,
-            keep_alive=keep_alive,
-            close=close or plan.close_after,
-        )
+        length = plan.declared_length if plan.framing is Framing.LENGTH else -1
+        close = close or plan.close_after
+        built = _head(plan.status, plan.headers, length, is_head, http10, keep_alive, close)
         if built.after_date is None:
             parts.append(built.before_date)
         else:
