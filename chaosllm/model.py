@@ -147,8 +147,21 @@ class Piece:
     """Whether this piece is an SSE frame (counted in `frames sent`)."""
 
 
+class _Compiled:
+    """Where a `ResponsePlan` keeps the wire programs it compiled into: one slot, outside
+    the dataclass's fields, so it is no argument of the constructor, is not compared,
+    hashed, copied by `with_` or pickled, and `dataclasses.fields` does not list it."""
+
+    __slots__ = ("compiled",)
+
+    compiled: dict[object, object]
+    """By variant (kind of request, kind of server), filled on first use by
+    `chaosllm.wire.program` (unset until then), so that a plan kept and served again is
+    compiled once."""
+
+
 @dataclass(frozen=True, slots=True)
-class ResponsePlan:
+class ResponsePlan(_Compiled):
     status: int
     headers: tuple[tuple[str, str], ...]
     pieces: tuple[Piece, ...]

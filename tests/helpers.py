@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import openai
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 
 from chaosllm import ChaosServer
 from chaosllm.faults import FaultContext, apply_fault, parse_fault_spec
-from chaosllm.model import ResponsePlan
+from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.store.recordings import shipped_dir
 
 RECORDINGS = shipped_dir("recordings")
@@ -229,3 +230,37 @@ def write(path: Path, data: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2), "utf-8")
     return path
+
+
+def wire_plans(
+    *, delay_ms: float, stall_ms: float, endings: Sequence[Ending]
+) -> st.SearchStrategy[ResponsePlan]:
+    """Plans as the wire tests draw them: odd headers (framing and connection ones
+    among them), short pieces, a delay of `delay_ms` now and then, any framing and
+    declared length, a head or none, and one of `endings`."""
+    value = st.from_regex(r"[!-~]([ !-~]{0,10}[!-~])?", fullmatch=True)
+    header = st.tuples(
+        st.sampled_from(
+            ["content-type", "X-Mixed-Case", "connection", "content-length", "transfer-encoding"]
+        ),
+        st.one_of(value, st.sampled_from(["close", "keep-alive", "upgrade", "chunked"])),
+    )
+    piece = st.builds(
+        Piece,
+        data=st.binary(max_size=40),
+        delay_ms=st.sampled_from([0.0, 0.0, 0.0, delay_ms]),
+        frame=st.booleans(),
+    )
+    return st.builds(
+        ResponsePlan,
+        status=st.sampled_from([200, 201, 204, 304, 404, 429, 500, 599]),
+        headers=st.lists(header, max_size=4).map(tuple),
+        pieces=st.lists(piece, max_size=5).map(tuple),
+        framing=st.sampled_from([Framing.LENGTH, Framing.CHUNKED]),
+        ending=st.sampled_from(list(endings)),
+        content_length=st.one_of(st.none(), st.integers(0, 80)),
+        head_delay_ms=st.sampled_from([0.0, 0.0, delay_ms]),
+        send_head=st.sampled_from([True, True, True, False]),
+        stall_ms=st.sampled_from([0.0, stall_ms]),
+        close_after=st.booleans(),
+    )

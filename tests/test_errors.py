@@ -20,8 +20,8 @@ from chaosllm.config import Mode, OnMiss, ServerConfig, Strategy, parse_timing, 
 from chaosllm.errors import ChaosLLMError, ConfigError, ServerError
 
 OUTSIDE_THE_TREE = {
-    "chaosllm.wire.server._Gone": "private: WireServer raises and catches it when the client "
-    "leaves; it never reaches a caller, and a ChaosLLMError base would let a broad "
+    "chaosllm.wire.h11_server._Gone": "private: H11WireServer raises and catches it when the "
+    "client leaves; it never reaches a caller, and a ChaosLLMError base would let a broad "
     "`except ChaosLLMError` swallow that signal",
     "chaosllm.http.guards._TooLarge": "private: the body-limit middleware raises it out of its "
     "own receive wrapper and catches it around the app to answer 413; it never reaches a caller",

@@ -85,3 +85,14 @@ def test_only_finish_writes_journal_records() -> None:
             ):
                 writers.add(path.relative_to(PACKAGE).as_posix())
     assert writers == {"core/stages/finish.py"}
+
+
+def test_no_cache_is_keyed_by_identity() -> None:
+    """Keys are values: no ``id()`` call anywhere in the package."""
+    calls = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id"
+    ]
+    assert calls == []

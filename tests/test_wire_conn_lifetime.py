@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaosllm import ChaosServer
-from chaosllm.wire import server as wire_server
+from chaosllm.wire.protocol import Connection
 from tests.helpers import write
 
 pytestmark = pytest.mark.timeout(30)
@@ -77,7 +77,7 @@ def collector_off() -> Iterator[None]:
 
 
 def _live_conns() -> set[int]:
-    return {id(o) for o in gc.get_objects() if type(o) is wire_server._Conn}
+    return {id(o) for o in gc.get_objects() if type(o) is Connection}
 
 
 @pytest.mark.parametrize("timing", ["fast", "recorded"])
@@ -106,7 +106,7 @@ def test_a_lost_connection_is_freed_without_the_collector(
             mine = [
                 weakref.ref(o)
                 for o in gc.get_objects()
-                if type(o) is wire_server._Conn and id(o) not in before
+                if type(o) is Connection and id(o) not in before
             ]
             assert len(mine) == 3
         finally:

@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaosllm.core.report import PlanReport
-from chaosllm.model import Ending, Framing, Piece, ResponsePlan
+from chaosllm.model import Ending, ResponsePlan
 from chaosllm.wire import H11WireServer, WireServer, send_plan
 from chaosllm.wire.asgi import Receive, Scope, Send
+from tests.helpers import wire_plans
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -218,31 +219,10 @@ def test_any_request_bytes(servers: dict[str, Served], errors: Errors, data: byt
 
 # -- the writer: the same bytes from both servers -------------------------------------------
 
-field_value = st.from_regex(r"[!-~]([ !-~]{0,10}[!-~])?", fullmatch=True)
-plan_header = st.tuples(
-    st.sampled_from(
-        ["content-type", "X-Mixed-Case", "connection", "content-length", "transfer-encoding"]
-    ),
-    st.one_of(field_value, st.sampled_from(["close", "keep-alive", "upgrade", "chunked"])),
-)
-plan_piece = st.builds(
-    Piece,
-    data=st.binary(max_size=40),
-    delay_ms=st.sampled_from([0.0, 0.0, 0.0, 3.0]),
-    frame=st.booleans(),
-)
-plans = st.builds(
-    ResponsePlan,
-    status=st.sampled_from([200, 201, 204, 304, 404, 429, 500, 599]),
-    headers=st.lists(plan_header, max_size=4).map(tuple),
-    pieces=st.lists(plan_piece, max_size=5).map(tuple),
-    framing=st.sampled_from([Framing.LENGTH, Framing.CHUNKED]),
-    ending=st.sampled_from([Ending.COMPLETE, Ending.COMPLETE, Ending.CLOSE, Ending.STALL]),
-    content_length=st.one_of(st.none(), st.integers(0, 80)),
-    head_delay_ms=st.sampled_from([0.0, 0.0, 2.0]),
-    send_head=st.sampled_from([True, True, True, False]),
-    stall_ms=st.sampled_from([0.0, 10.0]),
-    close_after=st.booleans(),
+plans = wire_plans(
+    delay_ms=3.0,
+    stall_ms=10.0,
+    endings=[Ending.COMPLETE, Ending.COMPLETE, Ending.CLOSE, Ending.STALL],
 )
 requests = st.tuples(
     st.sampled_from(["GET", "HEAD", "POST"]),

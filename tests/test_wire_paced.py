@@ -1,5 +1,5 @@
 """Paced plans on the builtin server's fast path (`direct`): executed from the loop's
-callbacks on one shared timer heap (`_Player`, `_Pacer`) instead of a task per answer,
+callbacks on one shared timer heap (`Player`, `Pacer`) instead of a task per answer,
 they put the same bytes on the wire, end the connection the same way and fill the same
 report as the same plan sent through the ASGI app (``chaosllm.plan``, run by a task as
 before), on real sockets: every ending, the client leaving during a delay, a reader too
@@ -23,8 +23,10 @@ import pytest
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.wire import WireServer, send_plan
-from chaosllm.wire import server as wire_server
 from chaosllm.wire.asgi import Receive, Scope, Send
+from chaosllm.wire.pacer import Pacer
+from chaosllm.wire.player import Player
+from chaosllm.wire.protocol import Connection
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,14 +92,14 @@ def serving(**options: Any) -> Iterator[tuple[str, int, Plans]]:
 
     server = WireServer(app, direct=direct, **options)
     # The fast path's report is filled outside any task: wake the waiting test on each.
-    done = wire_server._Conn._cycle_done
+    done = Connection.cycle_done
 
     def cycle_done(conn: Any, keep: bool) -> None:
         done(conn, keep)
         plans.notify()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(wire_server._Conn, "_cycle_done", cycle_done)
+        patch.setattr(Connection, "cycle_done", cycle_done)
         with server.run_in_thread() as (host, port):
             yield host, port, plans
 
@@ -218,7 +220,7 @@ def test_a_reader_too_slow_for_the_buffer_gets_every_byte_on_both_paths() -> Non
     and the rest of the answer waits for it to drain (the fast path hands it to a task),
     still paced; the bytes are the same on both paths."""
     handed = 0
-    hand_over = wire_server._Player._hand_over
+    hand_over = Player._hand_over
 
     def counting(player: Any) -> None:
         nonlocal handed
@@ -234,7 +236,7 @@ def test_a_reader_too_slow_for_the_buffer_gets_every_byte_on_both_paths() -> Non
     )
     seen: dict[str, bytes] = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(wire_server._Player, "_hand_over", counting)
+        patch.setattr(Player, "_hand_over", counting)
         with serving() as (host, port, plans):
             plans.plan = plan
             for path in PATHS:
@@ -347,7 +349,7 @@ def test_the_pacer_runs_no_player_twice_in_one_pass() -> None:
     their own timer per frame did."""
     loop = asyncio.new_event_loop()
     try:
-        pacer = wire_server._Pacer(loop)
+        pacer = Pacer(loop)
         turns = [0]
 
         def turn() -> None:

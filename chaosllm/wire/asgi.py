@@ -25,7 +25,9 @@ import anyio
 
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import PlanAborted
-from chaosllm.model import Ending, Framing, ResponsePlan
+from chaosllm.model import ResponsePlan
+from chaosllm.wire.executor import execute
+from chaosllm.wire.program import AsgiPart, AsgiProgram, asgi_program_for
 
 __all__ = [
     "PLAN_EXTENSION",
@@ -51,8 +53,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 logger = logging.getLogger("chaosllm.wire")
 
 _warned: set[str] = set()
-
-_FRAMING_HEADERS: Final = frozenset({"content-length", "transfer-encoding"})
 
 
 async def send_plan(
@@ -110,178 +110,90 @@ def _warn_once(kind: str, message: str) -> None:
         logger.warning("chaosllm plan degraded under a plain ASGI server: %s", message)
 
 
-def _degradation(plan: ResponsePlan) -> tuple[str, str] | None:
-    """(kind, explanation) when the plan cannot be executed exactly, else None."""
-    if not plan.send_head:
-        return (
-            "no_head",
-            "send_head=False (raw bytes or empty reply) is impossible under ASGI: "
-            "aborted before the response started (the server answers 500 instead)",
-        )
-    if plan.ending is Ending.CLOSE:
-        return (
-            plan.ending.value,
-            "ending CLOSE emulated by raising after the partial body "
-            "(the ASGI server decides how the connection ends)",
-        )
-    if plan.ending is Ending.RESET:
-        return (
-            plan.ending.value,
-            "ending RESET impossible under ASGI: emulated by raising after the partial "
-            "body (typically a FIN, not an RST)",
-        )
-    if plan.ending is Ending.STALL:
-        return (
-            plan.ending.value,
-            "ending STALL emulated by sleeping stall_ms, then raising to abort the connection",
-        )
-    if plan.framing is Framing.LENGTH and plan.body_length != plan.declared_length:
-        return (
-            "length",
-            "a complete message whose Content-Length differs from its body cannot be "
-            "sent under ASGI: the real body length is declared",
-        )
-    return None
+class _AsgiSink:
+    """An `AsgiProgram`'s sink (`chaosllm.wire.executor.Sink`): its messages go to
+    ``send``; delays are sleeps; the endings are left to `_send_degraded`, which raises
+    `PlanAborted` for them."""
 
+    __slots__ = ("finishing", "gone", "headers", "send", "status")
 
-_HEADS: dict[int, tuple[ResponsePlan, list[tuple[bytes, bytes]]]] = {}
-"""The ASGI headers of recent plans (a replay repeated sends the same plan object), by
-plan; bounded to `_MAX_HEADS`, oldest first out."""
-_MAX_HEADS = 1024
-
-
-def _head_headers(plan: ResponsePlan) -> list[tuple[bytes, bytes]]:
-    kept = _HEADS.get(id(plan))
-    if kept is not None and kept[0] is plan:
-        return list(kept[1])
-    headers = _built_head_headers(plan)
-    if len(_HEADS) >= _MAX_HEADS:
-        _HEADS.pop(next(iter(_HEADS)), None)
-    _HEADS[id(plan)] = (plan, headers)
-    return list(headers)
-
-
-def _built_head_headers(plan: ResponsePlan) -> list[tuple[bytes, bytes]]:
-    headers = [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in plan.headers
-        if name.lower() not in _FRAMING_HEADERS
-    ]
-    if plan.framing is Framing.LENGTH:
-        if plan.ending is Ending.COMPLETE:
-            headers.append((b"content-length", str(plan.body_length).encode("ascii")))
-        elif plan.body_length <= plan.declared_length:
-            # The server then sees a short body and drops the connection (uvicorn does).
-            headers.append((b"content-length", str(plan.declared_length).encode("ascii")))
-    if plan.close_after:
-        headers.append((b"connection", b"close"))
-    return headers
-
-
-class _Gone:
-    __slots__ = ("finishing", "gone")
-
-    def __init__(self) -> None:
+    def __init__(self, send: Send, program: AsgiProgram) -> None:
+        self.send = send
+        self.status = program.status
+        self.headers = program.headers
         self.gone = False
         self.finishing = False
         """The last message is being sent: a disconnect from now on is the normal end."""
 
+    def open(self) -> bool:
+        return True
 
-async def _listen_for_disconnect(receive: Receive, state: _Gone, scope: anyio.CancelScope) -> None:
+    async def drain(self) -> None:
+        pass
+
+    async def write(self, data: AsgiPart) -> bool:
+        if data is None:
+            message = {"type": "http.response.start", "status": self.status}
+            # A list of its own: middleware may add to it.
+            message["headers"] = list(self.headers)
+        else:
+            body, more = data
+            if not more:
+                self.finishing = True
+            message = {"type": "http.response.body", "body": body, "more_body": more}
+        try:
+            await self.send(message)
+        except OSError:
+            # ASGI >= 2.4 servers raise OSError from send() once the client is gone.
+            self.gone = True
+            return False
+        return True
+
+    async def pause(self, seconds: float) -> bool:
+        await anyio.sleep(seconds)
+        return True
+
+    async def close(self) -> None:
+        pass
+
+    async def reset(self) -> None:
+        pass
+
+
+async def _listen_for_disconnect(
+    receive: Receive, sink: _AsgiSink, scope: anyio.CancelScope
+) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            if state.finishing:
+            if sink.finishing:
                 return
-            state.gone = True
+            sink.gone = True
             scope.cancel()
             return
-
-
-async def _run_degraded(
-    send: Send, plan: ResponsePlan, report: PlanReport, state: _Gone
-) -> str | None:
-    """Send what ASGI can of the plan; return why the connection must be aborted, if so."""
-    try:
-        return await _run_degraded_steps(send, plan, report, state)
-    except OSError:
-        # ASGI >= 2.4 servers raise OSError from send() once the client is gone.
-        state.gone = True
-        return None
-
-
-async def _run_degraded_steps(
-    send: Send, plan: ResponsePlan, report: PlanReport, state: _Gone
-) -> str | None:
-    if plan.head_delay_ms > 0:
-        await anyio.sleep(plan.head_delay_ms / 1000)
-    if not plan.send_head:
-        return "send_head=False"
-    await send(
-        {"type": "http.response.start", "status": plan.status, "headers": _head_headers(plan)}
-    )
-    report.head_sent = True
-    complete = plan.ending is Ending.COMPLETE
-    pieces = plan.pieces
-    if (
-        complete
-        and plan.framing is Framing.LENGTH
-        and len(pieces) > 1
-        and not any(piece.delay_ms > 0 for piece in pieces)
-    ):
-        # A body of known length, all of it at once: one message (the same bytes).
-        state.finishing = True
-        body = b"".join([piece.data for piece in pieces])
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-        report.bytes_sent += len(body)
-        report.frames_sent += sum(1 for piece in pieces if piece.frame)
-        return None
-    last = len(pieces) - 1
-    for index, piece in enumerate(pieces):
-        if piece.delay_ms > 0:
-            await anyio.sleep(piece.delay_ms / 1000)
-        more = not (complete and index == last)
-        state.finishing = not more
-        await send({"type": "http.response.body", "body": piece.data, "more_body": more})
-        report.bytes_sent += len(piece.data)
-        if piece.frame:
-            report.frames_sent += 1
-    if complete:
-        if not pieces:
-            state.finishing = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return None
-    if plan.ending is Ending.STALL and plan.stall_ms > 0:
-        await anyio.sleep(plan.stall_ms / 1000)
-    return f"ending {plan.ending.name}"
 
 
 async def _send_degraded(
     receive: Receive, send: Send, plan: ResponsePlan, report: PlanReport, *, warn: bool
 ) -> None:
-    problem = _degradation(plan)
+    program = asgi_program_for(plan)
+    problem = program.degraded
     if problem is not None:
         report.degraded = problem[1]
         if warn:
             _warn_once(*problem)
-    state = _Gone()
-    abort: str | None = None
-    waits = (
-        plan.head_delay_ms > 0
-        or plan.ending is Ending.STALL
-        or any(piece.delay_ms > 0 for piece in plan.pieces)
-    )
-    if waits:
+    sink = _AsgiSink(send, program)
+    if program.waits:
         # Notice a client that goes away during a delay, as Starlette's streams do.
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_listen_for_disconnect, receive, state, tg.cancel_scope)
-            abort = await _run_degraded(send, plan, report, state)
+            tg.start_soon(_listen_for_disconnect, receive, sink, tg.cancel_scope)
+            await execute(program, sink, report)
             tg.cancel_scope.cancel()
     else:
-        abort = await _run_degraded(send, plan, report, state)
-    if state.gone:
+        await execute(program, sink, report)
+    if sink.gone:
         report.outcome = Outcome.CLIENT_GONE
         return
     report.outcome = Outcome.COMPLETE
-    if abort is not None:
-        raise PlanAborted(f"chaosllm: aborting the connection to emulate {abort}")
+    if program.abort is not None:
+        raise PlanAborted(f"chaosllm: aborting the connection to emulate {program.abort}")

@@ -17,10 +17,7 @@ import json
 import logging
 import socket
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -32,6 +29,7 @@ from chaosllm.core.report import PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import ResponsePlan
 from chaosllm.wire.asgi import PLAN_EXTENSION, ASGIApp, Message
+from chaosllm.wire.head import PHRASES, http_date
 
 __all__ = [
     "CONTROL_PREFIX",
@@ -47,7 +45,6 @@ __all__ = [
 logger = logging.getLogger("chaosllm.wire")
 
 ASGI_VERSION: Final = {"version": "3.0", "spec_version": "2.3"}
-PHRASES: Final = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
 MAX_STASH: Final = 1024 * 1024
 """Pipelined bytes buffered while a response is in flight before reading stops."""
 MAX_HEAD: Final = 64 * 1024
@@ -80,19 +77,6 @@ Direct = Callable[
 is percent-decoded and `headers` are as received with names in lower case, as in the ASGI
 scope. Called on the event loop: it must not block. `chaosllm.http.direct.DirectHandler`
 is one."""
-
-
-_date_cache: list[Any] = [0, b""]
-
-
-def http_date() -> bytes:
-    """The current ``Date`` header value (formatted once a second)."""
-    now = int(time.time())
-    if now != _date_cache[0]:
-        _date_cache[0] = now
-        _date_cache[1] = formatdate(now, usegmt=True).encode("ascii")
-    value: bytes = _date_cache[1]
-    return value
 
 
 def error_body(
@@ -341,7 +325,8 @@ class ServerCore(abc.ABC):
         self.bound: tuple[str, int] | None = None
         """The address actually listened on, once `serve` has started."""
         self.shutting_down = False
-        self._state: dict[str, Any] = {}
+        self.lifespan_state: dict[str, Any] = {}
+        """The ASGI lifespan's state, copied into every request's scope."""
         self._loop_thread: int | None = None
         self._stop: anyio.Event | None = None
         self._stopped: anyio.Event | None = None
@@ -380,7 +365,7 @@ class ServerCore(abc.ABC):
         """Lifespan around the sockets; returns why the server could not run, if so."""
         failure: str | None = None
         async with anyio.create_task_group() as tg:
-            lifespan = Lifespan(self.app, self._state)
+            lifespan = Lifespan(self.app, self.lifespan_state)
             tg.start_soon(lifespan.run)
             await lifespan.started.wait()
             if lifespan.failed is not None:

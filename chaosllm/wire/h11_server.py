@@ -68,14 +68,13 @@ import h11
 
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
-from chaosllm.model import Ending, Framing, ResponsePlan
+from chaosllm.model import ResponsePlan
 from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
     BOTH_FRAMINGS,
     LINGER_S,
     MAX_STASH,
-    PHRASES,
     Cycle,
     Direct,
     ServerCore,
@@ -84,13 +83,20 @@ from chaosllm.wire.common import (
     body_deadline,
     connection_cap,
     error_body,
-    http_date,
+    error_response,
     path_of,
     version_refusal,
 )
-from chaosllm.wire.server import _Gone
+from chaosllm.wire.executor import execute
+from chaosllm.wire.head import PHRASES, http_date, tokens
+from chaosllm.wire.program import program_for
 
 __all__ = ["H11WireServer"]
+
+
+class _Gone(Exception):
+    """The client went away (or the socket is closed): stop writing."""
+
 
 logger = logging.getLogger("chaosllm.wire")
 
@@ -280,6 +286,7 @@ class _Connection:
         "h11",
         "head_scope",
         "must_close",
+        "planned",
         "server",
         "server_address",
         "stash",
@@ -295,6 +302,8 @@ class _Connection:
         self.closed = False
         self.evicted = False
         self.must_close = False
+        self.planned = False
+        """A plan answered the request: `h11` did not see the response."""
         self.watching = False
         self.gone_event: anyio.Event | None = None
         self.head_scope: anyio.CancelScope | None = None
@@ -315,10 +324,13 @@ class _Connection:
                 await self._run_app(*request)
                 if self.closed or self.gone or self.must_close or self.server.shutting_down:
                     return
-                conn = self.h11
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
+                if self.planned:
+                    self._renew()
+                else:
+                    conn = self.h11
+                    if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                        return
+                    conn.start_next_cycle()
                 self.stash = 0
         except Exception:
             logger.exception("connection handler failed")
@@ -459,10 +471,10 @@ class _Connection:
             "headers": list(request.headers),
             "client": self.client,
             "server": self.server_address,
-            "state": server._state.copy(),
+            "state": server.lifespan_state.copy(),
             "extensions": {PLAN_EXTENSION: {}},
         }
-        cycle = _Cycle(self, body, request.method == b"HEAD")
+        cycle = _Cycle(self, body, request)
         try:
             await server.app(scope, cycle.receive, cycle.send)
         except PlanAborted as exc:
@@ -504,7 +516,7 @@ class _Connection:
             )
             if result is None:
                 return False
-            cycle = _Cycle(self, body, request.method == b"HEAD")
+            cycle = _Cycle(self, body, request)
             await cycle.run_plan(*result)
         except Exception:
             logger.exception("Exception in the fast path")
@@ -529,6 +541,17 @@ class _Connection:
         except _GONE_ERRORS:
             self._mark_gone()
             raise _Gone from None
+
+    def _renew(self) -> None:
+        """After a plan, which went to the socket without `h11`: a fresh `h11` for the
+        next request, holding the bytes already read of it."""
+        self.planned = False
+        data, closed = self.h11.trailing_data
+        self.h11 = h11.Connection(h11.SERVER)
+        if data:
+            self.h11.receive_data(data)
+        if closed:
+            self.h11.receive_data(b"")
 
     def _mark_gone(self) -> None:
         self.gone = True
@@ -557,13 +580,6 @@ class _Connection:
             self._mark_gone()
         finally:
             self.watching = False
-
-    async def pause(self, seconds: float) -> None:
-        """Sleep, watching the client; raise `_Gone` if it leaves meanwhile."""
-        with anyio.move_on_after(seconds):
-            await self.wait_disconnect()
-        if self.gone or self.closed:
-            raise _Gone
 
     async def close(self) -> None:
         """Close the socket: FIN first, so that unread input cannot turn it into an RST."""
@@ -604,13 +620,8 @@ class _Connection:
         and mark the connection for closing."""
         self.must_close = True
         body = error_body(self.server.error_body, path, status, message, type_, code)
-        head = (
-            b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n"
-            % (status, PHRASES.get(status, b""), http_date(), len(body))
-        )
         with contextlib.suppress(_Gone):
-            await self.write(head + body)
+            await self.write(error_response(body, status))
 
     async def _internal_error(self, path: str) -> None:
         await self._error(500, "Internal server error", "internal_error", "server_error", path=path)
@@ -636,13 +647,13 @@ class _Connection:
 class _Cycle(Cycle):
     """One request/response cycle on the h11 server (`Cycle`)."""
 
-    __slots__ = ("body", "conn", "is_head")
+    __slots__ = ("body", "conn", "request")
 
-    def __init__(self, conn: _Connection, body: bytes, is_head: bool) -> None:
+    def __init__(self, conn: _Connection, body: bytes, request: h11.Request) -> None:
         super().__init__()
         self.conn = conn
         self.body = body
-        self.is_head = is_head
+        self.request = request
 
     def request_body(self) -> bytes:
         return self.body
@@ -679,7 +690,7 @@ class _Cycle(Cycle):
         if not self.head_sent:
             self.head_sent = True
             out += _emit(h, self._response(self.status, self.headers))
-        if body and not self.is_head:
+        if body and self.request.method != b"HEAD":
             out += _emit(h, h11.Data(data=body))
         if not more:
             out += _emit(h, h11.EndOfMessage())
@@ -688,106 +699,62 @@ class _Cycle(Cycle):
                 await conn.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def run_plan(self, plan: ResponsePlan, report: PlanReport) -> None:
+        conn = self.conn
+        request = self.request
+        http10 = request.http_version != b"1.1"
+        close = False
+        for name, value in request.headers:
+            if name == b"connection":
+                close = close or b"close" in tokens(value)
         try:
-            await _execute_plan(self, plan, report)
-        except _Gone:
-            report.outcome = Outcome.CLIENT_GONE
-            self.conn.must_close = True
+            if plan.close_after and plan.send_head:
+                conn.must_close = True
+            program = program_for(
+                plan,
+                is_head=request.method == b"HEAD",
+                http10=http10,
+                keep_alive=not (http10 or close),
+                close=conn.server.shutting_down or conn.must_close,
+            )
         except BaseException:
             report.outcome = Outcome.ERROR
             raise
-        else:
-            report.outcome = Outcome.COMPLETE
-
-
-class _Output:
-    """Bytes waiting to be written, with the report counts they carry."""
-
-    __slots__ = ("bytes", "conn", "frames", "head", "parts", "report")
-
-    def __init__(self, conn: _Connection, report: PlanReport) -> None:
-        self.conn = conn
-        self.report = report
-        self.parts: list[bytes] = []
-        self.head = False
-        self.frames = 0
-        self.bytes = 0
-
-    async def flush(self) -> None:
-        parts = self.parts
-        if parts:
-            await self.conn.write(parts[0] if len(parts) == 1 else b"".join(parts))
-            parts.clear()
-        report = self.report
-        if self.head:
-            report.head_sent = True
-            self.head = False
-        report.frames_sent += self.frames
-        report.bytes_sent += self.bytes
-        self.frames = self.bytes = 0
-
-
-async def _execute_plan(cycle: _Cycle, plan: ResponsePlan, report: PlanReport) -> None:
-    """Put `plan` on the socket; `_Gone` when the client leaves before the end."""
-    conn = cycle.conn
-    if conn.gone or conn.closed:
-        raise _Gone
-    if plan.head_delay_ms > 0:
-        await conn.pause(plan.head_delay_ms / 1000)
-    h = conn.h11
-    out = _Output(conn, report)
-    # raw: write piece bytes as they are (no head, or h11 refused to frame them).
-    raw = not plan.send_head
-    if plan.send_head:
-        headers = [
-            (name.encode("latin-1"), value.encode("latin-1"))
-            for name, value in plan.headers
-            if name.lower() not in ("content-length", "transfer-encoding")
-        ]
-        if plan.framing is Framing.LENGTH:
-            headers.append((b"content-length", b"%d" % plan.declared_length))
-        else:
-            headers.append((b"transfer-encoding", b"chunked"))
-        if plan.close_after:
+        conn.planned = True
+        if not await execute(program, _Sink(conn), report):
             conn.must_close = True
-        out.parts += _emit(h, cycle._response(plan.status, headers))
-        out.head = True
-    for piece in plan.pieces:
-        if piece.delay_ms > 0:
-            await out.flush()
-            await conn.pause(piece.delay_ms / 1000)
-        data = piece.data
-        if raw:
-            out.parts.append(data)
-        elif data and not cycle.is_head:
-            try:
-                out.parts += _emit(h, h11.Data(data=data))
-            except h11.LocalProtocolError:
-                raw = True
-                out.parts.append(data)
-        out.bytes += len(data)
-        if piece.frame:
-            out.frames += 1
-    ending = plan.ending
-    if ending is Ending.COMPLETE:
-        finished = False
-        if not raw:
-            try:
-                out.parts += _emit(h, h11.EndOfMessage())
-                finished = True
-            except h11.LocalProtocolError:
-                pass
-        await out.flush()
-        if not finished:
-            # No head, or a body h11 could not frame: the connection cannot be reused.
-            await conn.close()
-        return
-    await out.flush()
-    if ending is Ending.CLOSE:
-        await conn.close()
-    elif ending is Ending.RESET:
-        await conn.reset()
-    elif ending is Ending.STALL:
-        if plan.stall_ms > 0:
-            await conn.pause(plan.stall_ms / 1000)
-        await conn.close()
+
+
+class _Sink:
+    """A connection as the awaiting executor's `chaosllm.wire.executor.Sink`."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+
+    def open(self) -> bool:
+        return not (self.conn.gone or self.conn.closed)
+
+    async def drain(self) -> None:
+        pass  # every write waits until the socket took it
+
+    async def write(self, data: bytes) -> bool:
+        if not data:
+            return True  # nothing to write: whether the client left shows at the next
+        try:
+            await self.conn.write(data)
+        except _Gone:
+            return False
+        return True
+
+    async def pause(self, seconds: float) -> bool:
+        conn = self.conn
+        with anyio.move_on_after(seconds):
+            await conn.wait_disconnect()
+        return not (conn.gone or conn.closed)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def reset(self) -> None:
+        await self.conn.reset()
