@@ -25,7 +25,10 @@ from chaosllm.model import ResponsePlan
 from chaosllm.store.recordings import shipped_dir
 
 RECORDINGS = shipped_dir("recordings")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root: paths to its files are built from here, so that a test module
+reads the same files from whichever folder under tests/ it is in."""
+EXAMPLES = ROOT / "examples"
 """The example clients (``examples/``)."""
 CLI = [sys.executable, "-m", "chaosllm"]
 

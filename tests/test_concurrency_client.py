@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from chaosllm import ChaosServer
+from tests.helpers import ROOT
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "concurrency.py"
+BENCH = ROOT / "benchmarks" / "concurrency.py"
 
 
 @pytest.fixture(scope="module")

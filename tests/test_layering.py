@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "chaosllm"
+from tests.helpers import ROOT
+
+PACKAGE = ROOT / "chaosllm"
 
 BASE = {"errors", "model", "config", "paths", "lazy"}
 SPINE = ["base", "providers", "faults", "store", "core"]

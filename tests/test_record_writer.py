@@ -19,7 +19,7 @@ from chaosllm.model import Exchange
 from chaosllm.store.recordings import RecordingStore, parse_exchange
 from chaosllm.store.redact import Redactor
 from chaosllm.store.writer import TEMP_PREFIX, RecordingWriter
-from tests.helpers import RECORDINGS, recording
+from tests.helpers import RECORDINGS, ROOT, recording
 
 KEY = "sk-proj-" + "Q" * 40
 
@@ -156,7 +156,7 @@ def run_writer(root: Path, mode: str) -> subprocess.Popen[str]:
         ],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).parent.parent,
+        cwd=ROOT,
     )
 
 

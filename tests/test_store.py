@@ -21,7 +21,7 @@ from chaosllm.store.recordings import (
     safe_child,
     shipped_dir,
 )
-from tests.helpers import write
+from tests.helpers import ROOT, write
 
 P = OpenAIChat()
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -189,7 +189,7 @@ def test_bad_profiles_say_what_is_wrong(tmp_path: Path) -> None:
 
 def test_the_faults_package_reads_no_profile_files() -> None:
     """`chaosllm.faults.profiles` is pure (SPEC): parsing only; reading is the store's."""
-    source = Path(__file__).parent.parent / "chaosllm" / "faults" / "profiles.py"
+    source = ROOT / "chaosllm" / "faults" / "profiles.py"
     imported: set[str] = set()
     calls: set[str] = set()
     for node in ast.walk(ast.parse(source.read_text("utf-8"))):
