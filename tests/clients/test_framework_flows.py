@@ -1,5 +1,5 @@
 """Issue #13 on the wire, through the official SDKs: one test per defect on top of the
-in-memory ones (tests/test_frameworks_defects.py). The upstream of the proxy modes is a
+in-memory ones (tests/engine/test_framework_flows.py). The upstream of the proxy modes is a
 second chaosllm replaying the shipped recordings, speaking the protocol."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ reaches neither the journal, the miss message, the log nor a recording, and the 
 is keyed on its redacted form, so that its recording answers it after a restart.
 
 The pure checks drive `Redactor` and the engine in memory; the last two run real servers
-(a replaying `ChaosServer` as the upstream, as ``tests/test_record_proxy.py`` does).
+(a replaying `ChaosServer` as the upstream, as ``tests/system/test_record_proxy.py`` does).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from chaosllm.faults import parse_fault_spec, spec_from_query
 from chaosllm.faults.profiles import parse_profile
 from chaosllm.store.profiles import load_profile
 from chaosllm.testing.strategies import fault_schedules, faults
+from tests.engine.test_fault_match import upstream_plan
 from tests.helpers import recording, request_body
 from tests.memory import EnginePair
-from tests.test_fault_match import upstream_plan
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,7 +1,7 @@
 """Issue #13, in memory: what the frameworks people use (langchain-openai, pydantic-ai,
 openai-agents, litellm, instructor) hit, specified on the engine -- request bytes in, a
 decision out. The same behaviours through the official SDKs over sockets are in
-tests/test_frameworks_defects_sdk.py."""
+tests/clients/test_framework_flows.py."""
 
 from __future__ import annotations
 

@@ -18,11 +18,11 @@ from chaosllm import ChaosServer
 from chaosllm.cli import main
 from chaosllm.doctor import diagnose
 from chaosllm.store.recordings import RecordingStore
+from tests.formats.test_hashkeyed import ASK as HASHED_ASK
+from tests.formats.test_hashkeyed import write_fixture
+from tests.formats.test_trace_bindings import BOUND, INTERLEAVED, LEGACY, TEMPLATED, TOOLS, write
+from tests.formats.test_vcr import ASK, COMPLETION, URI
 from tests.helpers import openai_client
-from tests.test_formats_hashkeyed import ASK as HASHED_ASK
-from tests.test_formats_hashkeyed import write_fixture
-from tests.test_formats_vcr import ASK, COMPLETION, URI
-from tests.test_ironclaw_compat import BOUND, INTERLEAVED, LEGACY, TEMPLATED, TOOLS, write
 
 # A trace whose turns end on tool calls: the user denies the approval, and an auth gate.
 APPROVAL_DENIED: dict[str, Any] = {

@@ -19,10 +19,10 @@ from chaosllm.doctor import diagnose
 from chaosllm.model import Keying
 from chaosllm.store.formats.importer import import_recordings
 from chaosllm.store.recordings import RecordingStore
+from tests.formats.test_hashkeyed import ASK, WEATHER, compute_hash
+from tests.formats.test_trace import RECORDED, STEERING, TOOLS
+from tests.formats.test_vcr import cassette
 from tests.helpers import openai_client
-from tests.test_formats_hashkeyed import ASK, WEATHER, compute_hash
-from tests.test_formats_trace import RECORDED, STEERING, TOOLS
-from tests.test_formats_vcr import cassette
 
 
 @pytest.fixture

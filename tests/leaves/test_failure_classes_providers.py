@@ -1,7 +1,7 @@
 """The failure-class hooks of every provider (`Provider.failure`, `failure_frame`,
 `filtered_answer`), called directly: each protocol's status and envelope, its error event
 mid-stream, and how its content filter cuts a shipped answer. The same through the engine
-and the catalogue's fault types: tests/test_failure_classes.py."""
+and the catalogue's fault types: tests/engine/test_failure_classes.py."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.strategies import SIMPLEST_FIRST, faults
 from chaosllm.testing.probe import default_faults
 from tests.helpers import FAILURE_CLASSES
-from tests.test_fault_transform import ANSWER, TOOL_ANSWER, context
+from tests.leaves.test_fault_transform import ANSWER, TOOL_ANSWER, context
 
 PACKAGE = Path(chaosllm.__file__).parent
 README = PACKAGE.parent / "README.md"

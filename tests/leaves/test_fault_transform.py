@@ -95,7 +95,7 @@ def frames(plan: ResponsePlan) -> list[str]:
 def test_every_type_transforms_both_kinds_of_request() -> None:
     for name in FAULT_TYPES:
         if FAULT_TYPES[name].on_request is not any_request:
-            continue  # a wire quirk: SSE streams only (tests/test_quirks.py)
+            continue  # a wire quirk: SSE streams only (tests/wire/test_quirks.py)
         for stream in (False, True):
             answer = TOOL_ANSWER if name == "malformed_tool_args" else ANSWER
             plan, out = fault(name, answer, stream)

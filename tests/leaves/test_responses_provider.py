@@ -371,7 +371,7 @@ def fault(
 def test_every_fault_type_applies_to_both_kinds_of_request() -> None:
     for name in FAULT_TYPES:
         if FAULT_TYPES[name].on_request is not any_request:
-            continue  # a wire quirk: SSE streams only, where it applies (tests/test_quirks.py)
+            continue  # a wire quirk: SSE streams only, where it applies (tests/wire/test_quirks.py)
         for stream in (False, True):
             answer = TOOL_ANSWER if name == "malformed_tool_args" else ANSWER
             fault(name, answer, stream)

@@ -20,8 +20,8 @@ from botocore.config import Config
 
 from chaosllm import ChaosServer
 from chaosllm.providers import PROVIDERS
+from tests.clients.test_bedrock import assembled
 from tests.helpers import loopback_upstream, write_chunk
-from tests.test_bedrock_sdk import assembled
 
 BEDROCK = PROVIDERS["bedrock.converse"]
 MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"

@@ -728,8 +728,9 @@ def test_overloaded_mid_stream_is_an_error_frame_after_k(server: ChaosServer) ->
 def test_every_catalogue_type_has_wire_tests() -> None:
     """Each type has its raw-socket tests here, except the wire quirks, whose socket tests
     (the SDKs, a naive parser and the bytes on the wire, per quirk) are in
-    tests/test_quirks.py, and the pace, whose are in tests/test_pace.py."""
-    from tests import test_pace, test_quirks
+    tests/wire/test_quirks.py, and the pace, whose are in tests/engine/test_pace.py."""
+    from tests.engine import test_pace
+    from tests.wire import test_quirks
 
     tests = [name for name in globals() if name.startswith("test_")]
     elsewhere = {*test_quirks.QUIRKS}
