@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -207,6 +208,29 @@ def read_until_eof(sock: socket.socket) -> bytes:
         if not got:
             return bytes(data)
         data += got
+
+
+def read_head(sock: socket.socket) -> tuple[int, bytes, bytes]:
+    """A response's status, its head and the bytes read after it (EOF first fails)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = sock.recv(65536)
+        assert got, f"EOF before a head: {data!r}"
+        data += got
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), head, rest
+
+
+def read_response(sock: socket.socket) -> tuple[int, bytes, bytes]:
+    """A complete Content-Length response: status, head, body."""
+    status, head, body = read_head(sock)
+    match = re.search(rb"(?i)content-length: (\d+)", head)
+    assert match is not None, head
+    while len(body) < int(match[1]):
+        got = sock.recv(65536)
+        assert got, "EOF inside the body"
+        body += got
+    return status, head, body
 
 
 # -- plans and fault transforms --------------------------------------------------------

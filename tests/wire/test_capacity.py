@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import socket
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.server import ServerKind
-from tests.helpers import request_body
+from tests.helpers import read_head, read_response, request_body
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -68,33 +67,12 @@ def post(session: str | None = None) -> bytes:
     ).encode() + body
 
 
-def read_head(sock: socket.socket) -> tuple[int, bytes, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = sock.recv(65536)
-        assert got, f"EOF before a head: {data!r}"
-        data += got
-    head, _, rest = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), head, rest
-
-
-def response(sock: socket.socket) -> tuple[int, bytes, bytes]:
-    status, head, body = read_head(sock)
-    match = re.search(rb"(?i)content-length: (\d+)", head)
-    assert match is not None, head
-    while len(body) < int(match[1]):
-        got = sock.recv(65536)
-        assert got, "EOF inside the body"
-        body += got
-    return status, head, body
-
-
 def timed(server: ChaosServer, request: bytes) -> tuple[float, int, bytes, bytes]:
     """A request on a fresh connection: seconds until its whole answer, status, head, body."""
     started = time.monotonic()
     with connect(server) as sock:
         sock.sendall(request)
-        status, head, body = response(sock)
+        status, head, body = read_response(sock)
     return time.monotonic() - started, status, head, body
 
 
@@ -131,7 +109,7 @@ def open_idle(server: ChaosServer, opened: list[socket.socket], count: int) -> l
         opened.append(sock)
         idle.append(sock)
         sock.sendall(get("/health"))
-        assert response(sock)[0] == 200
+        assert read_response(sock)[0] == 200
     return idle
 
 
@@ -174,7 +152,7 @@ def test_1200_idle_and_1000_stalled_clients_leave_the_server_answering(
         # The idle connections are still good.
         for sock in (idle[0], idle[-1]):
             sock.sendall(get("/health"))
-            assert response(sock)[0] == 200
+            assert read_response(sock)[0] == 200
 
 
 def test_when_full_the_oldest_idle_connections_make_room(many_files: None) -> None:
@@ -225,6 +203,6 @@ def test_host_wildcard_v6_is_dual_stack(kind: ServerKind) -> None:
                 sock.sendall(
                     f"GET /__fault HTTP/1.1\r\nHost: {host}:{server.port}\r\n\r\n".encode()
                 )
-                status, _, body = response(sock)
+                status, _, body = read_response(sock)
                 assert status == 200, body
                 assert json.loads(body)["armed"] == []

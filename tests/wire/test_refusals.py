@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import socket
 import threading
 import time
@@ -21,7 +20,7 @@ from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.model import Ending, Framing, Piece, ResponsePlan
 from chaosllm.wire import H11WireServer, WireServer, send_plan
 from chaosllm.wire.asgi import Receive, Scope, Send
-from tests.helpers import read_until_eof
+from tests.helpers import read_head, read_response, read_until_eof
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -98,29 +97,6 @@ def get(path: str, extra: str = "") -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: test\r\n{extra}\r\n".encode()
 
 
-def read_head(sock: socket.socket) -> tuple[int, bytes, bytes]:
-    """Status, head and the bytes read after it."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = sock.recv(65536)
-        assert got, f"EOF before a head: {data!r}"
-        data += got
-    head, _, rest = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), head, rest
-
-
-def one_response(sock: socket.socket) -> tuple[int, bytes, bytes]:
-    """A complete Content-Length response: status, head, body."""
-    status, head, body = read_head(sock)
-    match = re.search(rb"(?i)content-length: (\d+)", head)
-    assert match is not None, head
-    while len(body) < int(match[1]):
-        got = sock.recv(65536)
-        assert got, "EOF inside the body"
-        body += got
-    return status, head, body
-
-
 def closed_by_peer(sock: socket.socket, timeout: float = SOCKET_TIMEOUT) -> bool:
     sock.settimeout(timeout)
     try:
@@ -163,7 +139,7 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed(
         assert r.app.seen == []  # neither request reached the app
         with r.connect() as sock:  # and the server still serves
             sock.sendall(get("/after"))
-            assert one_response(sock)[0] == 200
+            assert read_response(sock)[0] == 200
 
 
 # -- HTTP versions ------------------------------------------------------------------------------
@@ -187,7 +163,7 @@ def test_http_versions_other_than_1_0_and_1_1_are_refused(
         for good in ("1.0", "1.1"):
             with r.connect() as sock:
                 sock.sendall(f"GET /echo HTTP/{good}\r\nHost: test\r\n\r\n".encode())
-                assert one_response(sock)[0] == 200
+                assert read_response(sock)[0] == 200
 
 
 # -- slow bodies --------------------------------------------------------------------------------
@@ -229,7 +205,7 @@ def test_a_body_at_a_fair_rate_is_read_whole(server_class: ServerClass) -> None:
             for _ in range(10):  # 2,000 bytes a second, for half a second
                 time.sleep(0.05)
                 sock.sendall(b"y" * 100)
-            status, _, body = one_response(sock)
+            status, _, body = read_response(sock)
         assert status == 200
         assert json.loads(body) == {"path": "/echo", "length": 1000}
 
@@ -254,16 +230,16 @@ def test_idle_connections_are_closed_oldest_first_when_the_server_is_full(
         try:
             for sock in idle:  # one request each: six idle keep-alive connections, in order
                 sock.sendall(get("/echo"))
-                assert one_response(sock)[0] == 200
+                assert read_response(sock)[0] == 200
             newcomers = [r.connect() for _ in range(2)]
             for sock in newcomers:
                 sock.sendall(get("/echo?new"))
-                assert one_response(sock)[0] == 200
+                assert read_response(sock)[0] == 200
             # The two oldest idle ones made room; the others are still served.
             assert [closed_by_peer(sock, 1.0) for sock in idle[:2]] == [True, True]
             for sock in idle[2:]:
                 sock.sendall(get("/echo?again"))
-                assert one_response(sock)[0] == 200
+                assert read_response(sock)[0] == 200
             for sock in newcomers:
                 sock.close()
         finally:
@@ -298,13 +274,13 @@ def test_a_server_full_of_stalled_clients_still_answers_its_control_plane() -> N
                 started = time.monotonic()
                 with r.connect() as sock:
                     sock.sendall(get(path))
-                    status, head, body = one_response(sock)
+                    status, head, body = read_response(sock)
                     assert status == 200 and json.loads(body)["path"] == path
                     assert b"connection: close" in head.lower()
                 assert time.monotonic() - started < 1.0
             with r.connect() as sock:
                 sock.sendall(get("/plan"))
-                status, _, body = one_response(sock)
+                status, _, body = read_response(sock)
             assert status == 503
             assert json.loads(body)["error"]["code"] == "server_busy"
         finally:
@@ -355,7 +331,7 @@ def test_a_client_that_reads_slowly_gets_a_large_streamed_plan_whole(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             sock.sendall(get("/plan"))
             time.sleep(0.5)  # the server meets a full socket buffer and waits
-            status, _, body = one_response(sock)
+            status, _, body = read_response(sock)
         assert status == 200
         assert body == piece * 100
         deadline = time.monotonic() + SOCKET_TIMEOUT
@@ -387,7 +363,7 @@ def test_a_head_over_64_kib_gets_431(server_class: ServerClass, where: str) -> N
         assert r.app.seen == []
         with r.connect() as sock:  # a large head that arrives at once is fine
             sock.sendall(get("/echo", "X-Fine: " + "y" * 20_000 + "\r\n"))
-            assert one_response(sock)[0] == 200
+            assert read_response(sock)[0] == 200
 
 
 def test_a_thousand_pipelined_requests_are_answered_in_order(server_class: ServerClass) -> None:

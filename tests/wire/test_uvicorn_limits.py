@@ -28,6 +28,7 @@ import chaosllm.http.uvicorn_guard as guard
 import chaosllm.server
 from chaosllm import ChaosServer
 from tests.helpers import CLI, free_port, request_body
+from tests.helpers import read_response as content_response
 
 pytestmark = pytest.mark.slow
 
@@ -50,20 +51,10 @@ def head(path: str, length: int | None = None, *, chunked: bool = False) -> byte
 def read_response(sock: socket.socket, timeout: float = 10.0) -> tuple[int, dict[str, str], Any]:
     """One response with a Content-Length body: status, headers, JSON body."""
     sock.settimeout(timeout)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed before a response head: {data!r}"
-        data += chunk
-    head_bytes, _, rest = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head_bytes.decode("latin-1").split("\r\n")
+    status, head, body = content_response(sock)
+    _, *header_lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
-    length = int(headers["content-length"])
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "closed mid-body"
-        rest += chunk
-    return int(status_line.split()[1]), headers, json.loads(rest[:length])
+    return status, headers, json.loads(body[: int(headers["content-length"])])
 
 
 def closed(sock: socket.socket, timeout: float = 10.0) -> bool:
