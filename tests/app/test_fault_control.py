@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,6 @@ pytestmark = pytest.mark.timeout(30)
 CHAT = "/v1/chat/completions"
 NAME = "knowledge/0004"
 TIMEOUT = 5.0
-
-
-@pytest.fixture
-def http(server: ChaosServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=TIMEOUT) as client:
-        yield client
 
 
 def chat(

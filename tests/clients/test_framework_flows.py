@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,6 @@ SHORT = "knowledge/0004"
 """Recorded from a stream: 16 answer frames, finish, usage, [DONE]."""
 TOOL = "tool-call/0001"
 SESSION = "X-Chaosllm-Session"
-
-
-@pytest.fixture(scope="module")
-def shared_upstream() -> Iterator[ChaosServer]:
-    with ChaosServer() as server:
-        yield server
-
-
-@pytest.fixture
-def upstream(shared_upstream: ChaosServer) -> ChaosServer:
-    shared_upstream.reset()
-    return shared_upstream
 
 
 def files(directory: Path) -> list[Path]:

@@ -26,11 +26,6 @@ SIMPLE = "simple-chat/0001"
 TOOLS = "tool-call/0001"  # offers get_weather, and its answer calls it
 
 
-@pytest.fixture
-def pair() -> EnginePair:
-    return EnginePair.of()
-
-
 def chat(name: str = SIMPLE) -> dict[str, Any]:
     return request_body(name, stream=False)
 

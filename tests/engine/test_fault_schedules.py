@@ -28,11 +28,6 @@ pytestmark = pytest.mark.timeout(60)
 NAME = "simple-chat/0001"
 
 
-@pytest.fixture
-def pair() -> EnginePair:
-    return EnginePair.of()
-
-
 def statuses(pair: EnginePair, count: int, **kwargs: Any) -> list[int]:
     body = request_body(NAME, stream=False)
     return [pair.send(body, **kwargs).status for _ in range(count)]

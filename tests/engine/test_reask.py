@@ -19,15 +19,8 @@ from chaosllm.faults.spec import spec_from_query
 from tests.helpers import openai_client, recording, request_body
 from tests.memory import EnginePair
 
-pytestmark = pytest.mark.timeout(60)
-
 TOOL = "tool-call/0001"
 SHORT = "knowledge/0004"
-
-
-@pytest.fixture
-def pair() -> EnginePair:
-    return EnginePair.of()
 
 
 def reask_of(name: str, *, stream: bool = False) -> dict[str, Any]:

@@ -24,15 +24,8 @@ from chaosllm.strategies import fault_schedules
 from tests.helpers import request_body
 from tests.memory import EnginePair
 
-pytestmark = pytest.mark.timeout(60)
-
 CHAT = "simple-chat/0001"
 OTHER = "knowledge/0004"
-
-
-@pytest.fixture
-def pair() -> EnginePair:
-    return EnginePair.of()
 
 
 def ask(

@@ -42,11 +42,6 @@ def events(answer: Answer) -> list[eventstream.Message]:
     return eventstream.decode_all(answer.body)
 
 
-@pytest.fixture
-def pair() -> EnginePair:
-    return EnginePair.of()
-
-
 def test_the_paths_bind_the_model_id_and_the_stream_flag() -> None:
     arn = "arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude:0"
     assert provider_for_path(f"/model/{arn}/converse-stream") is BEDROCK

@@ -50,18 +50,6 @@ SHORT = "knowledge/0004"
 Proxy = Callable[..., AbstractContextManager[ChaosServer]]
 
 
-@pytest.fixture(scope="module")
-def shared_upstream() -> Iterator[ChaosServer]:
-    with ChaosServer() as server:
-        yield server
-
-
-@pytest.fixture
-def upstream(shared_upstream: ChaosServer) -> ChaosServer:
-    shared_upstream.reset()
-    return shared_upstream
-
-
 @pytest.fixture
 def record_dir(tmp_path: Path) -> Path:
     return tmp_path / "recordings"

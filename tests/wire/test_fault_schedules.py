@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -27,12 +27,6 @@ NAME = "knowledge/0004"
 TOOLS = "tool-call/0001"
 TIMEOUT = 10.0
 CONCURRENCY = 200
-
-
-@pytest.fixture
-def http(server: ChaosServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=TIMEOUT) as client:
-        yield client
 
 
 def concurrently(
