@@ -88,10 +88,17 @@ def all_recordings(provider: str = "openai.chat") -> list[str]:
     )
 
 
-def request_body(name: str, *, stream: bool) -> dict[str, Any]:
-    """The recorded request as the client sent it, as a JSON or a streaming call."""
+def sdk_arguments(name: str, **fields: Any) -> dict[str, Any]:
+    """The recorded request's body as an SDK call's arguments: ``stream`` left out, for the
+    call to say (or set here with the other `fields`)."""
     body = dict(recording(name)["request"]["body"])
     body.pop("stream", None)
+    return {**body, **fields}
+
+
+def request_body(name: str, *, stream: bool) -> dict[str, Any]:
+    """The recorded request as the client sent it, as a JSON or a streaming call."""
+    body = sdk_arguments(name)
     body.pop("stream_options", None)
     if stream:
         body["stream"] = True

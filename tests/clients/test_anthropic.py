@@ -18,6 +18,7 @@ from anthropic.types import Message
 from chaosllm import ChaosServer
 from chaosllm.providers.anthropic_messages import iter_events
 from tests.helpers import all_recordings, recording, recording_proxy
+from tests.helpers import sdk_arguments as request
 
 NAMES = all_recordings("anthropic.messages")
 
@@ -31,12 +32,6 @@ def client(server: ChaosServer, **options: Any) -> anthropic.Anthropic:
 def sdk(server: ChaosServer) -> Iterator[anthropic.Anthropic]:
     with client(server) as c:
         yield c
-
-
-def request(name: str) -> dict[str, Any]:
-    body = dict(recording(name)["request"]["body"])
-    body.pop("stream", None)
-    return body
 
 
 def expected(name: str) -> Message:

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion
 
 from chaosllm import ChaosServer
 from chaosllm.providers.sse import iter_data
-from tests.helpers import all_recordings, chat_messages, recording
+from tests.helpers import all_recordings, chat_messages, recording, sdk_arguments
 
 API_VERSION = "2024-10-21"
 NAMES = all_recordings("azure.chat")
@@ -37,8 +37,7 @@ def sdk(server: ChaosServer) -> Iterator[openai.AzureOpenAI]:
 
 
 def request(name: str) -> dict[str, Any]:
-    body = dict(recording(name)["request"]["body"])
-    body.pop("stream", None)
+    body = sdk_arguments(name)
     body["messages"] = chat_messages(body["messages"])
     return body
 

@@ -25,6 +25,7 @@ from botocore.exceptions import ReadTimeoutError as BotoReadTimeout
 from chaosllm import ChaosServer
 from chaosllm.providers import PROVIDERS
 from tests.helpers import all_recordings, recording
+from tests.helpers import sdk_arguments as request
 
 NAMES = all_recordings("bedrock.converse")
 STREAMED = [n for n in NAMES if recording(n)["response"].get("chunks")]
@@ -55,13 +56,6 @@ def bedrock(server: ChaosServer) -> Iterator[Any]:
     sdk = client(server)
     yield sdk
     sdk.close()
-
-
-def request(name: str) -> dict[str, Any]:
-    """The recorded request as ``converse`` arguments (the bound ``stream`` left out)."""
-    body = dict(recording(name)["request"]["body"])
-    body.pop("stream", None)
-    return body
 
 
 def expected(name: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from chaosllm import ChaosServer
-from tests.helpers import openai_client, recording, request_body
+from tests.helpers import openai_client, recording, request_body, sdk_arguments
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -32,9 +32,7 @@ def anthropic_client(server: ChaosServer, **options: Any) -> anthropic.Anthropic
 
 
 def anthropic_request() -> dict[str, Any]:
-    body = dict(recording(ANTHROPIC)["request"]["body"])
-    body.pop("stream", None)
-    return body
+    return sdk_arguments(ANTHROPIC)
 
 
 # -- openai: insufficient_quota next to a rate limit -----------------------------------------

@@ -31,6 +31,7 @@ from tests.helpers import (
     write_chunk,
     written_chunk_data,
 )
+from tests.helpers import sdk_arguments as request
 
 CHAT_NAMES = all_recordings("ollama.chat")
 GENERATE_NAMES = all_recordings("ollama.generate")
@@ -52,13 +53,6 @@ def client_at(url: str) -> ollama.Client:
 def sdk(server: ChaosServer) -> Iterator[ollama.Client]:
     with client(server) as c:
         yield c
-
-
-def request(name: str) -> dict[str, Any]:
-    """The recorded request's arguments for the client (``stream`` left to the call)."""
-    body = dict(recording(name)["request"]["body"])
-    body.pop("stream", None)
-    return body
 
 
 def chat_parts(sdk: ollama.Client, name: str) -> list[ChatResponse]:

@@ -34,6 +34,7 @@ from tests.helpers import (
     openai_client,
     recording,
     recording_proxy,
+    sdk_arguments,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,11 +47,7 @@ EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
 
 def request(name: str, *, stream: bool = False) -> dict[str, Any]:
-    body = dict(recording(name)["request"]["body"])
-    body.pop("stream", None)
-    if stream:
-        body["stream"] = True
-    return body
+    return sdk_arguments(name, stream=True) if stream else sdk_arguments(name)
 
 
 def expected(name: str) -> Response:

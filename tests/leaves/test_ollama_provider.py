@@ -25,7 +25,7 @@ from chaosllm.providers.ollama import (
     show_body,
     tags_body,
 )
-from tests.helpers import all_recordings, recording
+from tests.helpers import all_recordings, recording, sdk_arguments
 from tests.memory import Answer, EnginePair
 
 CHAT_PATH = "/api/chat"
@@ -53,11 +53,7 @@ def path_of(name: str) -> str:
 
 def body_of(name: str, *, stream: bool | None) -> dict[str, Any]:
     """The recorded request as a client sends it: ``stream`` as given (None: absent)."""
-    body = dict(recording(name)["request"]["body"])
-    body.pop("stream", None)
-    if stream is not None:
-        body["stream"] = stream
-    return body
+    return sdk_arguments(name) if stream is None else sdk_arguments(name, stream=stream)
 
 
 def lines(answer: Answer) -> list[dict[str, Any]]:
