@@ -106,6 +106,32 @@ def request_body(name: str, *, stream: bool) -> dict[str, Any]:
     return body
 
 
+def chat_completion(
+    content: str | None,
+    *,
+    model: str = "m",
+    message: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A Chat Completions answer: one assistant message saying `content` (with `message`'s
+    other fields), finished by ``stop``; `fields` add to the top level or replace it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", **(message or {}), "content": content},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        **fields,
+    }
+
+
 # -- servers and clients ---------------------------------------------------------------
 
 

@@ -39,26 +39,17 @@ from chaosllm.store.formats import (
     read_file,
 )
 from chaosllm.store.recordings import RecordingStore, shipped_dir
+from tests.helpers import chat_completion
 
 PACKAGE = Path(chaosllm.__file__).parent
 FORMATS_DIR = Path(formats_pkg.__file__).parent
 
 ASK = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
-ANSWER = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "gpt-4o-mini",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "hello"},
-            "logprobs": None,
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}
+ANSWER = chat_completion(
+    "hello",
+    model="gpt-4o-mini",
+    usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+)
 CASSETTE = {
     "version": 1,
     "interactions": [

@@ -18,29 +18,16 @@ from chaosllm.model import (
     ResponsePlan,
 )
 from chaosllm.providers.openai_chat import OpenAIChat, iter_frame_payloads
-from tests.helpers import faulted, piece_texts
+from tests.helpers import chat_completion, faulted, piece_texts
 
 P = OpenAIChat()
 REQUEST = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
-ANSWER: dict[str, Any] = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "gpt-4o-mini",
-    "choices": [
-        {
-            "index": 0,
-            "message": {
-                "role": "assistant",
-                "refusal": None,
-                "content": "one two three four five six",
-            },
-            "logprobs": None,
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 6, "total_tokens": 7},
-}
+ANSWER = chat_completion(
+    "one two three four five six",
+    model="gpt-4o-mini",
+    message={"refusal": None},
+    usage={"prompt_tokens": 1, "completion_tokens": 6, "total_tokens": 7},
+)
 TOOL_ANSWER: dict[str, Any] = {
     **ANSWER,
     "choices": [

@@ -34,6 +34,7 @@ from chaosllm.providers import (
 from chaosllm.providers.base import ErrorKind, RenderCache
 from chaosllm.wire.asgi import Receive, Scope, Send
 from chaosllm.wire.server import WireServer
+from tests.helpers import chat_completion
 
 CHAT = PROVIDERS["openai.chat"]
 ANTHROPIC = PROVIDERS["anthropic.messages"]
@@ -215,22 +216,6 @@ def test_the_wire_answers_its_own_errors_in_the_envelope_of_the_path() -> None:
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def answer(text: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
-            }
-        ],
-    }
-
-
 def exchange(response: RecordedResponse) -> Exchange:
     return Exchange(
         provider=CHAT.name,
@@ -243,7 +228,7 @@ def exchange(response: RecordedResponse) -> Exchange:
 
 
 def test_renderings_are_cached_per_response_and_variant() -> None:
-    ex = exchange(RecordedResponse(200, answer("old")))
+    ex = exchange(RecordedResponse(200, chat_completion("old")))
     plan = CHAT.render(ex, REQUEST, timing=0)
     assert CHAT.render(ex, REQUEST, timing=0) is plan
     stream = CHAT.render(ex, {**REQUEST, "stream": True}, timing=0)
@@ -258,16 +243,16 @@ def test_renderings_are_cached_per_response_and_variant() -> None:
 def test_an_adapted_exchange_renders_its_own_answer() -> None:
     """An exchange copied with a new response (templating, id remapping) once shared the
     original's memo and was served the original's rendering."""
-    ex = exchange(RecordedResponse(200, answer("old")))
+    ex = exchange(RecordedResponse(200, chat_completion("old")))
     assert b'"old"' in CHAT.render(ex, REQUEST, timing=0).body()
-    adapted = replace(ex, response=replace(ex.response, body=answer("new")))
+    adapted = replace(ex, response=replace(ex.response, body=chat_completion("new")))
     assert b'"new"' in CHAT.render(adapted, REQUEST, timing=0).body()
     assert b'"old"' in CHAT.render(ex, REQUEST, timing=0).body()
 
 
 def test_recorded_frames_are_cached_per_timing() -> None:
     chunks = (RecordedChunk("data: 1\n\n", 100.0), RecordedChunk("data: [DONE]\n\n", 50.0))
-    ex = exchange(RecordedResponse(200, answer("x"), stream=True, chunks=chunks))
+    ex = exchange(RecordedResponse(200, chat_completion("x"), stream=True, chunks=chunks))
     body = {**REQUEST, "stream": True}
     slow, fast = CHAT.render(ex, body, timing=1), CHAT.render(ex, body, timing=0)
     assert [p.delay_ms for p in slow.pieces] == [100.0, 50.0]

@@ -21,25 +21,11 @@ from chaosllm.store.recordings import (
     safe_child,
     shipped_dir,
 )
-from tests.helpers import ROOT, write
+from tests.helpers import ROOT, chat_completion, write
 
 P = OpenAIChat()
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-ANSWER = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "hello"},
-            "logprobs": None,
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": None,
-}
+ANSWER = chat_completion("hello", usage=None)
 
 
 def recording(**overrides: Any) -> dict[str, Any]:

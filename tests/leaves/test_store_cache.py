@@ -22,7 +22,7 @@ from chaosllm.store import cache as cache_module
 from chaosllm.store.cache import NO_CACHE_ENV, CachedExchange, RecordingsCache, default_cache
 from chaosllm.store.formats import recording_files, recording_paths
 from chaosllm.store.recordings import RecordingStore, shipped_dir
-from tests.helpers import write
+from tests.helpers import chat_completion, write
 
 P = OpenAIChat()
 OLD = time.time() - 3600  # an hour ago: well before any load (see RACY_NS)
@@ -32,29 +32,16 @@ def body(i: int) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]}
 
 
-def answer(text: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
-        ],
-    }
-
-
 def recording(i: int, text: str = "hello") -> dict[str, Any]:
     return {
         "chaosllm": 1,
         "provider": "openai.chat",
         "request": {"method": "POST", "path": "/v1/chat/completions", "body": body(i)},
-        "response": {"status": 200, "body": answer(text), "headers": {"x-request-id": "r"}},
+        "response": {
+            "status": 200,
+            "body": chat_completion(text),
+            "headers": {"x-request-id": "r"},
+        },
         "meta": {"description": f"recording {i}"},
     }
 
