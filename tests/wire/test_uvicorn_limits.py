@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ import pytest
 import chaosllm.http.uvicorn_guard as guard
 import chaosllm.server
 from chaosllm import ChaosServer
-from tests.helpers import CLI, free_port, request_body
+from tests.helpers import free_port, request_body, serving
 from tests.helpers import read_response as content_response
 
 pytestmark = pytest.mark.slow
@@ -128,23 +129,14 @@ def test_a_body_within_the_limit_is_served(server: ChaosServer) -> None:
 
 
 def test_the_cli_flag_is_enforced(tmp_path: Path) -> None:
-    port = free_port()
-    with subprocess.Popen(
-        [*CLI, "serve", "--server", "uvicorn", "--port", str(port), "--max-body-bytes", "1000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            assert b"listening" in proc.stdout.readline()
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-                sock.sendall(head(CHAT, 50 * 1024 * 1024))
-                status, _, body = read_response(sock)
-                assert status == 413
-                assert body["error"]["message"].endswith("the limit is 1000 bytes")
-        finally:
-            proc.terminate()
-            proc.wait(15)
+    with (
+        serving("--server", "uvicorn", "--max-body-bytes", "1000") as (url, _),
+        socket.create_connection(("127.0.0.1", urlsplit(url).port or 0), timeout=10) as sock,
+    ):
+        sock.sendall(head(CHAT, 50 * 1024 * 1024))
+        status, _, body = read_response(sock)
+        assert status == 413
+        assert body["error"]["message"].endswith("the limit is 1000 bytes")
 
 
 # -- read deadlines ----------------------------------------------------------------------
@@ -311,27 +303,14 @@ def _stalled_request(port: int) -> socket.socket:
 
 
 def test_sigterm_during_a_stall_exits_after_the_graceful_timeout() -> None:
-    port = free_port()
-    with subprocess.Popen(
-        [*CLI, "serve", "--server", "uvicorn", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            assert b"listening" in proc.stdout.readline()
-            base = f"http://127.0.0.1:{port}"
-            armed = httpx.post(f"{base}/__fault", json={"type": "stall", "max_ms": 120_000})
-            assert armed.status_code == 201
-            with _stalled_request(port):
-                started = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(guard.GRACEFUL_TIMEOUT_S + 10)
-                assert time.monotonic() - started < guard.GRACEFUL_TIMEOUT_S + 5
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(5)
+    with serving("--server", "uvicorn") as (base, proc):
+        armed = httpx.post(f"{base}/__fault", json={"type": "stall", "max_ms": 120_000})
+        assert armed.status_code == 201
+        with _stalled_request(urlsplit(base).port or 0):
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(guard.GRACEFUL_TIMEOUT_S + 10)
+            assert time.monotonic() - started < guard.GRACEFUL_TIMEOUT_S + 5
 
 
 def test_stop_during_a_stall_returns() -> None:
