@@ -53,7 +53,7 @@ def chat_openai(server: ChaosServer, *, retries: int = 0, tools: bool = False) -
     return llm.bind_tools([get_weather]) if tools else llm
 
 
-@pytest.mark.parametrize(
+SDK_ERRORS = pytest.mark.parametrize(
     ("spec", "error"),
     [
         ({"type": "http_503"}, openai.InternalServerError),
@@ -62,6 +62,10 @@ def chat_openai(server: ChaosServer, *, retries: int = 0, tools: bool = False) -
     ],
     ids=["http_503", "http_429", "dropped_connection"],
 )
+"""The faults a framework passes on as the SDK's exception, and which one."""
+
+
+@SDK_ERRORS
 def test_langchain_raises_the_sdk_error_without_retries_and_retries_it(
     server: ChaosServer, spec: dict[str, Any], error: type[Exception]
 ) -> None:
@@ -342,15 +346,7 @@ def run_openai_agent(
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize(
-    ("spec", "error"),
-    [
-        ({"type": "http_503"}, openai.InternalServerError),
-        ({"type": "http_429", "retry_after": 0.01}, openai.RateLimitError),
-        ({"type": "dropped_connection"}, openai.APIConnectionError),
-    ],
-    ids=["http_503", "http_429", "dropped_connection"],
-)
+@SDK_ERRORS
 def test_openai_agents_raises_the_sdk_error(
     server: ChaosServer, spec: dict[str, Any], error: type[Exception]
 ) -> None:
