@@ -434,6 +434,22 @@ def frames_of(provider: Any, answer: dict[str, Any]) -> list[bytes]:
     return [provider.encode_frame(text) for text in provider.stream_frames(answer)]
 
 
+@contextmanager
+def cut_at_the_first_argument(
+    frames: list[bytes], marker: bytes, mode: str, record_dir: Path
+) -> Iterator[tuple[SlowUpstream, ChaosServer, int]]:
+    """A proxy in `mode`, ``malformed_tool_args`` armed, in front of an upstream that sends
+    `frames` up to the first tool-argument frame (the first with `marker`) and holds the
+    rest until released: the upstream, the proxy and that frame's index."""
+    first = first_argument_frame(frames, marker)
+    with (
+        upstream_of(frames, hold=first + 1) as upstream,
+        proxy_of(upstream, mode, record_dir) as server,
+    ):
+        server.arm("malformed_tool_args")
+        yield upstream, server, first
+
+
 def first_argument_frame(frames: list[bytes], marker: bytes) -> int:
     """The index of the first frame carrying argument text (`marker` and some text)."""
     return next(
@@ -463,12 +479,8 @@ def test_anthropic_sdk_gets_input_json_deltas_broken_as_they_pass(
     mode: str, tmp_path: Path
 ) -> None:
     frames = frames_of(AnthropicMessages(), ANTHROPIC_TOOL_ANSWER)
-    first = first_argument_frame(frames, b'"partial_json":')
-    with (
-        upstream_of(frames, hold=first + 1) as upstream,
-        proxy_of(upstream, mode, tmp_path) as server,
-    ):
-        server.arm("malformed_tool_args")
+    with cut_at_the_first_argument(frames, b'"partial_json":', mode, tmp_path) as held:
+        upstream, server, first = held
         client = anthropic.Anthropic(
             base_url=server.url, api_key="sk-ant-test", max_retries=0, timeout=10
         )
@@ -539,12 +551,8 @@ def test_responses_sdk_gets_function_call_arguments_broken_as_they_pass(
     mode: str, tmp_path: Path
 ) -> None:
     frames = frames_of(OpenAIResponses(), RESPONSES_TOOL_ANSWER)
-    first = first_argument_frame(frames, b'"delta":')
-    with (
-        upstream_of(frames, hold=first + 1) as upstream,
-        proxy_of(upstream, mode, tmp_path) as server,
-    ):
-        server.arm("malformed_tool_args")
+    with cut_at_the_first_argument(frames, b'"delta":', mode, tmp_path) as held:
+        upstream, server, first = held
         with openai_client(server) as client:
             stream = client.responses.create(
                 model="gpt-4o-mini", input="weather in Paris?", stream=True
