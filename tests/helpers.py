@@ -3,6 +3,7 @@ recordings, servers and SDK clients, raw sockets, plans and fault transforms, fi
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from chaosllm import ChaosServer
 from chaosllm.faults import FaultContext, apply_fault, parse_fault_spec
 from chaosllm.model import ResponsePlan
+from chaosllm.providers.sse import FrameSplitter
 from chaosllm.store.recordings import shipped_dir
 
 RECORDINGS = shipped_dir("recordings")
@@ -279,6 +281,24 @@ def faulted(plan: ResponsePlan, ctx: FaultContext, type_: str, **params: Any) ->
     out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
     assert out is not None
     return out
+
+
+def split_in_pieces(splitter: FrameSplitter, body: bytes, cuts: Sequence[int]) -> list[bytes]:
+    """The frames `splitter` cuts `body` into when it arrives in pieces, cut at `cuts`."""
+    bounds = [0, *sorted(cuts), len(body)]
+    for start, end in itertools.pairwise(bounds):
+        splitter.feed(body[start:end], 0.0)
+    splitter.finish()
+    return [data for data, _ in splitter.frames]
+
+
+def transformed(
+    rendered: tuple[ResponsePlan, FaultContext], type_: str, **params: Any
+) -> tuple[ResponsePlan, ResponsePlan]:
+    """A rendered plan (and the context it was rendered in) before and after the fault
+    `type_` with `params`, which must apply."""
+    plan, ctx = rendered
+    return plan, faulted(plan, ctx, type_, **params)
 
 
 # -- files -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from chaosllm.model import (
     ResponsePlan,
 )
 from chaosllm.providers.openai_chat import OpenAIChat, iter_frame_payloads
-from tests.helpers import chat_completion, faulted, piece_texts
+from tests.helpers import chat_completion, piece_texts, transformed
 
 P = OpenAIChat()
 REQUEST = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -71,8 +71,7 @@ def context(answer: dict[str, Any], stream: bool) -> tuple[ResponsePlan, FaultCo
 def fault(
     type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False, **params: Any
 ) -> tuple[ResponsePlan, ResponsePlan]:
-    plan, ctx = context(answer, stream)
-    return plan, faulted(plan, ctx, type_, **params)
+    return transformed(context(answer, stream), type_, **params)
 
 
 def frames(plan: ResponsePlan) -> list[str]:

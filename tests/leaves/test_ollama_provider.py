@@ -4,7 +4,6 @@ expressed in NDJSON (the engine driven by `tests.memory.EnginePair`)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -25,7 +24,7 @@ from chaosllm.providers.ollama import (
     show_body,
     tags_body,
 )
-from tests.helpers import all_recordings, recording, sdk_arguments
+from tests.helpers import all_recordings, recording, sdk_arguments, split_in_pieces
 from tests.memory import Answer, EnginePair
 
 CHAT_PATH = "/api/chat"
@@ -83,12 +82,7 @@ BODY = b'{"a":1}\n{"b":"x\\ny"}\n\n{"done":true}\n'
 @settings(max_examples=200, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=len(BODY)), max_size=12))
 def test_splitting_lines_does_not_depend_on_how_the_bytes_arrive(cuts: list[int]) -> None:
-    splitter = LineSplitter(0.0)
-    bounds = [0, *sorted(cuts), len(BODY)]
-    for start, end in itertools.pairwise(bounds):
-        splitter.feed(BODY[start:end], 0.0)
-    splitter.finish()
-    assert [data for data, _ in splitter.frames] == [
+    assert split_in_pieces(LineSplitter(0.0), BODY, cuts) == [
         b'{"a":1}\n',
         b'{"b":"x\\ny"}\n',
         b"\n",

@@ -27,7 +27,7 @@ from chaosllm.model import (
 )
 from chaosllm.providers import PROVIDERS, provider_for_path
 from chaosllm.providers.openai_responses import OpenAIResponses, iter_events
-from tests.helpers import all_recordings, faulted, piece_texts, recording
+from tests.helpers import all_recordings, piece_texts, recording, transformed
 
 P = OpenAIResponses()
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -364,8 +364,7 @@ def context(answer: dict[str, Any], stream: bool) -> tuple[ResponsePlan, FaultCo
 def fault(
     type_: str, answer: dict[str, Any] = ANSWER, stream: bool = False, **params: Any
 ) -> tuple[ResponsePlan, ResponsePlan]:
-    plan, ctx = context(answer, stream)
-    return plan, faulted(plan, ctx, type_, **params)
+    return transformed(context(answer, stream), type_, **params)
 
 
 def test_every_fault_type_applies_to_both_kinds_of_request() -> None:

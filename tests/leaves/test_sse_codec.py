@@ -3,7 +3,6 @@ recorder uses, and every provider's rendered stream read back through it."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -25,6 +24,7 @@ from chaosllm.providers.sse import (
     iter_events,
     split_frames,
 )
+from tests.helpers import split_in_pieces
 
 RECORDINGS = shipped_dir("recordings")
 
@@ -104,12 +104,8 @@ def test_splitter_times_frames_by_the_bytes_that_complete_them() -> None:
 @settings(max_examples=200, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=len(BODY)), max_size=12))
 def test_splitting_does_not_depend_on_how_the_bytes_arrive(cuts: list[int]) -> None:
-    splitter = FrameSplitter(0.0)
-    bounds = [0, *sorted(cuts), len(BODY)]
-    for start, end in itertools.pairwise(bounds):
-        splitter.feed(BODY[start:end], 0.0)
-    splitter.finish()
-    assert [data for data, _ in splitter.frames] == [data for data, _ in split_frames(BODY)]
+    split = split_in_pieces(FrameSplitter(0.0), BODY, cuts)
+    assert split == [data for data, _ in split_frames(BODY)]
 
 
 @pytest.mark.parametrize(("name", "data"), shipped(), ids=[name for name, _ in shipped()])
