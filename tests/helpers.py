@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -222,6 +223,16 @@ def chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[ChatCompletionM
     """Chat messages built as JSON (recorded, or from an SDK object's ``model_dump``) as
     the SDK's message params: the JSON value narrowed for the type checker, unchanged."""
     return cast("list[ChatCompletionMessageParam]", list(messages))
+
+
+def run_within(seconds: float, exercise: Callable[[], Awaitable[None]]) -> None:
+    """`exercise` run on a fresh event loop, failing if it takes longer than `seconds`."""
+
+    async def main() -> None:
+        with anyio.fail_after(seconds):
+            await exercise()
+
+    anyio.run(main)
 
 
 # -- raw sockets -----------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 import httpx
 import openai
 import pytest
@@ -14,7 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from chaosllm import ChaosServer
 from chaosllm.providers.openai_chat import iter_frame_payloads
-from tests.helpers import all_recordings, async_openai_client, recording, request_body
+from tests.helpers import all_recordings, async_openai_client, recording, request_body, run_within
 
 NAMES = all_recordings()
 
@@ -104,10 +103,6 @@ def test_sync_stream(sdk: openai.OpenAI, name: str) -> None:
     ],
 )
 def test_async_json_and_stream(shared_server: ChaosServer, name: str) -> None:
-    async def main() -> None:
-        with anyio.fail_after(20):
-            await exercise()
-
     async def exercise() -> None:
         async with async_openai_client(shared_server) as client:
             completion = await client.chat.completions.create(**request_body(name, stream=False))
@@ -121,7 +116,7 @@ def test_async_json_and_stream(shared_server: ChaosServer, name: str) -> None:
                 want["finish"],
             )
 
-    anyio.run(main)
+    run_within(20, exercise)
 
 
 def test_parallel_tool_calls_as_sdk_objects(sdk: openai.OpenAI) -> None:

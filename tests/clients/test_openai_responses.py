@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import openai
 import pytest
 from openai.types.responses import (
@@ -34,6 +33,7 @@ from tests.helpers import (
     openai_client,
     recording,
     recording_proxy,
+    run_within,
     sdk_arguments,
 )
 
@@ -126,10 +126,6 @@ def test_reasoning_summary_streamed(sdk: openai.OpenAI) -> None:
 
 @pytest.mark.parametrize("name", [STREAMED, TOOLS, "responses-reasoning/0001"])
 def test_async_create_and_stream(shared_server: ChaosServer, name: str) -> None:
-    async def main() -> None:
-        with anyio.fail_after(20):
-            await exercise()
-
     async def exercise() -> None:
         async with async_openai_client(shared_server) as client:
             assert await client.responses.create(**request(name)) == expected(name)
@@ -142,7 +138,7 @@ def test_async_create_and_stream(shared_server: ChaosServer, name: str) -> None:
                 final = await helper.get_final_response()
             assert final.output_text == expected(name).output_text
 
-    anyio.run(main)
+    run_within(20, exercise)
 
 
 def test_miss_is_a_not_found_error(sdk: openai.OpenAI) -> None:

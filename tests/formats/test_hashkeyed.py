@@ -224,43 +224,42 @@ def test_tool_call_fixture_streams_as_one_delta_then_finish(sdk: openai.OpenAI) 
     assert last.finish_reason == "tool_calls"
 
 
+UNKNOWN: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "user", "content": "unheard of"}],
+}
+"""A request no fixture answers."""
+
+
 def test_a_miss_logs_the_hash_line_and_the_request(
     fixtures_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    unknown: dict[str, Any] = {
-        "model": "gpt-4o-mini",
-        "messages": [{"role": "user", "content": "unheard of"}],
-    }
     with (
         ChaosServer(fixtures_dir, on_miss="fallback") as server,
         openai_client(server) as sdk,
         caplog.at_level(logging.WARNING, "chaosllm"),
     ):
-        first = sdk.chat.completions.create(**unknown)
-        second = sdk.chat.completions.create(**unknown)
+        first = sdk.chat.completions.create(**UNKNOWN)
+        second = sdk.chat.completions.create(**UNKNOWN)
     assert first.choices[0].message.content == second.choices[0].message.content
     # DocsGPT's stub's generic answer (issue #14: its code is the reference)
     assert first.choices[0].message.content == (
         "I don't have enough information to answer that from the provided sources."
     )
     lines = "\n".join(r.getMessage() for r in caplog.records).splitlines()
-    hash_line = f"[mock-llm] unknown fixture hash {compute_hash(unknown)}"
+    hash_line = f"[mock-llm] unknown fixture hash {compute_hash(UNKNOWN)}"
     assert hash_line in lines
     request_line = lines[lines.index(hash_line) + 1]  # the request on the next line
     dumped = json.loads(request_line.removeprefix("[mock-llm] request: "))
-    assert dumped["messages"] == unknown["messages"]
+    assert dumped["messages"] == UNKNOWN["messages"]
 
 
 def test_a_miss_in_error_mode_names_the_fixture_hash(
     server: ChaosServer, sdk: openai.OpenAI
 ) -> None:
-    unknown: dict[str, Any] = {
-        "model": "gpt-4o-mini",
-        "messages": [{"role": "user", "content": "unheard of"}],
-    }
     with pytest.raises(openai.NotFoundError) as caught:
-        sdk.chat.completions.create(**unknown)
-    assert f"{compute_hash(unknown)}.json" in str(caught.value)
+        sdk.chat.completions.create(**UNKNOWN)
+    assert f"{compute_hash(UNKNOWN)}.json" in str(caught.value)
 
 
 def test_fixture_errors_say_what_is_wrong(tmp_path: Path) -> None:

@@ -35,29 +35,23 @@ COMMON = {
 
 
 @pytest.mark.timeout(120)
-def test_probe_an_anthropic_client() -> None:
-    report = probe(
-        [sys.executable, str(EXAMPLES / "anthropic_client.py")], faults=FAULTS, timeout=15, jobs=3
-    )
-    assert "answer: The capital of France is Paris." in report.baseline.stdout
-    # Anthropic's SDK raises on an `event: error` mid-stream.
+@pytest.mark.parametrize(
+    ("client", "says", "error_in_200_stream"),
+    [
+        # Anthropic's SDK raises on an `event: error` mid-stream.
+        ("anthropic_client.py", "answer: The capital of France is Paris.", "failed cleanly"),
+        # The openai SDK's raw Responses stream passes an `error` event through: the naive
+        # client prints what it had and exits 0.
+        ("responses_client.py", "answer: ", "wrong answer"),
+    ],
+    ids=["anthropic", "responses"],
+)
+def test_probe_a_naive_client(client: str, says: str, error_in_200_stream: str) -> None:
+    report = probe([sys.executable, str(EXAMPLES / client)], faults=FAULTS, timeout=15, jobs=3)
+    assert says in report.baseline.stdout
     assert report.matrix() == {
         **COMMON,
-        "error_in_200": {"json": "failed cleanly", "stream": "failed cleanly"},
-    }
-
-
-@pytest.mark.timeout(120)
-def test_probe_a_responses_client() -> None:
-    report = probe(
-        [sys.executable, str(EXAMPLES / "responses_client.py")], faults=FAULTS, timeout=15, jobs=3
-    )
-    assert "answer: " in report.baseline.stdout
-    # The openai SDK's raw Responses stream passes an `error` event through: the naive
-    # client prints what it had and exits 0.
-    assert report.matrix() == {
-        **COMMON,
-        "error_in_200": {"json": "failed cleanly", "stream": "wrong answer"},
+        "error_in_200": {"json": "failed cleanly", "stream": error_in_200_stream},
     }
 
 

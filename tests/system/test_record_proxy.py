@@ -22,11 +22,11 @@ import httpx
 import openai
 import pytest
 
-from chaosllm import ChaosServer
+from chaosllm import ChaosServer, ServerError
 from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS
 from chaosllm.store.recordings import RecordingStore
-from tests.helpers import free_port, openai_client, recording, request_body
+from tests.helpers import RECORDINGS, free_port, openai_client, recording, request_body
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -634,28 +634,28 @@ def test_fifty_concurrent_recorded_requests_give_fifty_valid_files(
 
 
 def test_proxy_modes_need_an_upstream_and_a_place_to_record(tmp_path: Path) -> None:
-    from chaosllm import ServerError
-    from chaosllm.store.recordings import shipped_dir
-
-    with pytest.raises(ServerError, match="needs --upstream URL"):
-        ChaosServer(mode="passthrough")
-    with pytest.raises(ServerError, match="give --record-dir DIR"):
-        ChaosServer(mode="record", upstream="http://127.0.0.1:9")
-    with pytest.raises(ServerError, match="refusing to record into the shipped"):
-        ChaosServer(
-            mode="record-missing",
-            upstream="http://127.0.0.1:9",
-            recordings=shipped_dir("recordings"),
-        )
-    with pytest.raises(ServerError, match="invalid upstream URL"):
-        ChaosServer(mode="passthrough", upstream="ftp://example.com")
-    with pytest.raises(ServerError, match="bad scenario name"):
-        ChaosServer(
-            mode="record",
-            upstream="http://127.0.0.1:9",
-            record_dir=tmp_path,
-            record_scenario="../out",
-        )
+    upstream = "http://127.0.0.1:9"
+    refused: list[tuple[str, dict[str, Any]]] = [
+        ("needs --upstream URL", {"mode": "passthrough"}),
+        ("give --record-dir DIR", {"mode": "record", "upstream": upstream}),
+        (
+            "refusing to record into the shipped",
+            {"mode": "record-missing", "upstream": upstream, "recordings": RECORDINGS},
+        ),
+        ("invalid upstream URL", {"mode": "passthrough", "upstream": "ftp://example.com"}),
+        (
+            "bad scenario name",
+            {
+                "mode": "record",
+                "upstream": upstream,
+                "record_dir": tmp_path,
+                "record_scenario": "../out",
+            },
+        ),
+    ]
+    for message, options in refused:
+        with pytest.raises(ServerError, match=message):
+            ChaosServer(**options)
 
 
 def test_the_httpx_transport_behaves_the_same(
