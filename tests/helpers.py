@@ -213,6 +213,11 @@ def openai_client(server: ChaosServer, **options: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, **options)
 
 
+def session_client(server: ChaosServer, session: str, **options: Any) -> openai.OpenAI:
+    """`openai_client` whose requests name the chaosllm session `session`."""
+    return openai_client(server, default_headers={"X-Chaosllm-Session": session}, **options)
+
+
 def async_openai_client(server: ChaosServer, **options: Any) -> openai.AsyncOpenAI:
     """`openai_client`'s async twin (use it in an `async with` block)."""
     options = {"api_key": "sk-test", "max_retries": 0, "timeout": 10, **options}

@@ -16,7 +16,7 @@ import pytest
 
 from chaosllm import ChaosServer
 from chaosllm.store.recordings import RecordingStore
-from tests.helpers import openai_client, recording, request_body, serving, write
+from tests.helpers import openai_client, recording, request_body, serving, session_client, write
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,10 +28,6 @@ SESSION = "X-Chaosllm-Session"
 
 def files(directory: Path) -> list[Path]:
     return sorted(directory.rglob("*.json")) if directory.exists() else []
-
-
-def session_client(server: ChaosServer, session: str, **options: Any) -> openai.OpenAI:
-    return openai_client(server, default_headers={SESSION: session}, **options)
 
 
 # -- 1 -----------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,24 +130,12 @@ def write(directory: Path, request: dict[str, Any], fixture: dict[str, Any]) -> 
 
 
 @pytest.fixture
-def fixtures_dir(tmp_path: Path) -> Path:
+def fixtures(tmp_path: Path) -> Path:
     directory = tmp_path / "mock_llm_fixtures"
     write(directory, WHOAMI, WHOAMI_FIXTURE)
     write(directory, AFTER_CALL, AFTER_CALL_FIXTURE)
     (directory / "README.md").write_text("# fixtures\n", "utf-8")
     return directory
-
-
-@pytest.fixture
-def server(fixtures_dir: Path) -> Iterator[ChaosServer]:
-    with ChaosServer(fixtures_dir) as srv:
-        yield srv
-
-
-@pytest.fixture
-def sdk(server: ChaosServer) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as client:
-        yield client
 
 
 def estimate(text: str) -> int:
@@ -270,9 +257,9 @@ def test_emit_wins_over_a_fixture_in_the_hash_keyed_mode(
 
 
 def test_a_bad_payload_is_logged_not_fatal(
-    fixtures_dir: Path, caplog: pytest.LogCaptureFixture
+    fixtures: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pair = EnginePair.of(fixtures_dir, on_miss=OnMiss.FALLBACK)
+    pair = EnginePair.of(fixtures, on_miss=OnMiss.FALLBACK)
     with caplog.at_level(logging.WARNING, "chaosllm"):
         answer = pair.send(ask("[[MOCK_LLM_EMIT:@@@]] [[MOCK_LLM_EMIT:a]]"))
     assert answer.status == 200
@@ -389,8 +376,8 @@ def test_a_fixture_saved_while_serving_is_used_without_a_reload(tmp_path: Path) 
     assert second.choices[0].message.content == "saved since"
 
 
-def test_the_delay_headers_map_onto_the_plans_latency(fixtures_dir: Path) -> None:
-    pair = EnginePair.of(fixtures_dir)
+def test_the_delay_headers_map_onto_the_plans_latency(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     provider = PROVIDERS["openai.chat"]
     body = json.dumps({**AFTER_CALL, "stream": True}).encode()
     decision = pair.engine.handle(
@@ -431,11 +418,11 @@ def test_the_delay_headers_on_a_real_socket(sdk: openai.OpenAI) -> None:
 
 
 def test_the_miss_fallback_and_the_stubs_two_log_lines(
-    fixtures_dir: Path, caplog: pytest.LogCaptureFixture
+    fixtures: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     unknown = ask("unheard of")
     with (
-        ChaosServer(fixtures_dir, on_miss="fallback") as server,
+        ChaosServer(fixtures, on_miss="fallback") as server,
         openai_client(server) as sdk,
         caplog.at_level(logging.WARNING, "chaosllm"),
     ):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +86,7 @@ def write_fixture(directory: Path, request: dict[str, Any], fixture: dict[str, A
 
 
 @pytest.fixture
-def fixtures_dir(tmp_path: Path) -> Path:
+def fixtures(tmp_path: Path) -> Path:
     directory = tmp_path / "mock_llm_fixtures"
     digest = write_fixture(
         directory,
@@ -121,12 +120,6 @@ def fixtures_dir(tmp_path: Path) -> Path:
     return directory
 
 
-@pytest.fixture
-def server(fixtures_dir: Path) -> Iterator[ChaosServer]:
-    with ChaosServer(fixtures_dir) as srv:
-        yield srv
-
-
 def test_the_loader_computes_the_documents_hash() -> None:
     for request in (
         ASK,
@@ -150,8 +143,8 @@ def test_the_loader_computes_the_documents_hash() -> None:
         assert hashkeyed.request_digest(request) == compute_hash(request)
 
 
-def test_fixtures_load_keyed_by_their_hash(fixtures_dir: Path) -> None:
-    store = RecordingStore.load([fixtures_dir])
+def test_fixtures_load_keyed_by_their_hash(fixtures: Path) -> None:
+    store = RecordingStore.load([fixtures])
     assert store.errors == []
     assert sorted(e.digest for e in store.exchanges) == sorted(
         [compute_hash(ASK), compute_hash(WEATHER)]
@@ -232,10 +225,10 @@ UNKNOWN: dict[str, Any] = {
 
 
 def test_a_miss_logs_the_hash_line_and_the_request(
-    fixtures_dir: Path, caplog: pytest.LogCaptureFixture
+    fixtures: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
-        ChaosServer(fixtures_dir, on_miss="fallback") as server,
+        ChaosServer(fixtures, on_miss="fallback") as server,
         openai_client(server) as sdk,
         caplog.at_level(logging.WARNING, "chaosllm"),
     ):

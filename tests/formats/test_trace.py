@@ -5,7 +5,6 @@ checked and journaled; recorded extras are kept."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from openai.types.chat import (
 from chaosllm import ChaosServer
 from chaosllm.model import Keying
 from chaosllm.store.recordings import RecordingStore
-from tests.helpers import chat_messages, openai_client
+from tests.helpers import chat_messages, session_client
 from tests.memory import EnginePair
 
 STEERING = {
@@ -181,22 +180,12 @@ def write(directory: Path, name: str, trace: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def traces(tmp_path: Path) -> Path:
+def fixtures(tmp_path: Path) -> Path:
     root = tmp_path / "llm_traces"
     write(root, "advanced/steering", STEERING)
     write(root, "spot/tool_echo", TOOL_ECHO)
     write(root, "recorded_time", RECORDED)
     return root
-
-
-@pytest.fixture
-def server(traces: Path) -> Iterator[ChaosServer]:
-    with ChaosServer(traces) as srv:
-        yield srv
-
-
-def sdk_for(server: ChaosServer, session: str) -> openai.OpenAI:
-    return openai_client(server, default_headers={"X-Chaosllm-Session": session})
 
 
 def tool_result(call: ChatCompletionMessageToolCallUnion, content: str) -> dict[str, Any]:
@@ -207,8 +196,8 @@ def assistant(message: ChatCompletionMessage) -> dict[str, Any]:
     return message.model_dump(exclude_none=True, exclude={"refusal", "annotations", "audio"})
 
 
-def test_traces_load_as_ordered_scenarios(traces: Path) -> None:
-    store = RecordingStore.load([traces])
+def test_traces_load_as_ordered_scenarios(fixtures: Path) -> None:
+    store = RecordingStore.load([fixtures])
     assert store.errors == []
     assert store.sequence_scenarios == {
         "advanced/steering": "advanced-steering",
@@ -244,7 +233,7 @@ def run_steering(client: openai.OpenAI, model: str) -> list[Any]:
 
 
 def test_steering_replays_in_order_through_the_sdk(server: ChaosServer) -> None:
-    with sdk_for(server, "steer") as client:
+    with session_client(server, "steer") as client:
         answers = run_steering(client, "advanced-steering")
     assert [a.choices[0].finish_reason for a in answers] == [
         "tool_calls",
@@ -279,8 +268,8 @@ def user(text: str, model: str = "advanced-steering") -> dict[str, Any]:
     return {"model": model, "messages": [SYSTEM, {"role": "user", "content": text}], "tools": TOOLS}
 
 
-def test_more_llm_calls_than_steps_is_a_clear_error(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_more_llm_calls_than_steps_is_a_clear_error(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     steps = [pair.send(user("Write hello to /tmp/test.txt"), session="x") for _ in range(4)]
     assert [s.status for s in steps] == [200] * 4
     assert [s.record["match"] for s in steps] == ["sequence"] * 4
@@ -292,8 +281,8 @@ def test_more_llm_calls_than_steps_is_a_clear_error(traces: Path) -> None:
     assert "this is call 5" in message
 
 
-def test_sessions_follow_their_trace_independently(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_sessions_follow_their_trace_independently(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     first_a = pair.send(user("Write hello to /tmp/test.txt"), session="a")
     first_b = pair.send(user("Write hello to /tmp/test.txt"), session="b")
     second_a = pair.send(user("Write hello to /tmp/test.txt"), session="a")
@@ -304,7 +293,7 @@ def test_sessions_follow_their_trace_independently(traces: Path) -> None:
 
 def test_stream_replay_of_a_trace_step(server: ChaosServer) -> None:
     with (
-        sdk_for(server, "stream") as client,
+        session_client(server, "stream") as client,
         client.chat.completions.create(
             tools=TOOLS,
             model="spot-tool-echo",
@@ -323,8 +312,8 @@ def test_stream_replay_of_a_trace_step(server: ChaosServer) -> None:
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_tool_echo_with_hint_satisfied_and_mismatched(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_tool_echo_with_hint_satisfied_and_mismatched(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     first = pair.send(user("Please echo hello for me", "spot-tool-echo"), session="ok")
     assert first.record["findings"] == []
     mismatched = pair.send(user("Please say hello for me", "spot-tool-echo"), session="hint")
@@ -337,7 +326,7 @@ def test_tool_echo_with_hint_satisfied_and_mismatched(traces: Path) -> None:
 
 
 def test_findings_are_listed_over_http(server: ChaosServer) -> None:
-    with sdk_for(server, "hint") as client:
+    with session_client(server, "hint") as client:
         client.chat.completions.create(
             tools=TOOLS,
             model="spot-tool-echo",
@@ -362,11 +351,11 @@ def recorded_flow(client: openai.OpenAI, tool_output: str) -> Any:
 
 def test_recorded_legacy_trace_checks_expected_tool_results(server: ChaosServer) -> None:
     same = '{"status":200,"body":{"time":"14:30"}}'
-    with sdk_for(server, "same") as client:
+    with session_client(server, "same") as client:
         answer = recorded_flow(client, same)
     assert answer.choices[0].message.content == "The current time is 2:30 PM."
     assert [e["findings"] for e in server.requests("same")] == [[], []]
-    with sdk_for(server, "changed") as client:
+    with session_client(server, "changed") as client:
         answer = recorded_flow(client, '{"status":200,"body":{"time":"09:15"}}')
     assert answer.choices[0].message.content == "The current time is 2:30 PM."
     [finding] = server.requests("changed")[1]["findings"]
@@ -389,7 +378,7 @@ def test_memory_snapshot_and_http_exchanges_are_kept(server: ChaosServer) -> Non
 
 def test_a_single_trace_needs_no_model_name(tmp_path: Path) -> None:
     write(tmp_path, "echo", TOOL_ECHO)
-    with ChaosServer(tmp_path) as server, sdk_for(server, "s") as client:
+    with ChaosServer(tmp_path) as server, session_client(server, "s") as client:
         answer = client.chat.completions.create(
             tools=TOOLS,
             model="gpt-4o-mini",
@@ -399,14 +388,14 @@ def test_a_single_trace_needs_no_model_name(tmp_path: Path) -> None:
 
 
 def test_several_traces_and_an_unknown_model_say_how_to_choose(server: ChaosServer) -> None:
-    with sdk_for(server, "which") as client, pytest.raises(openai.NotFoundError) as caught:
+    with session_client(server, "which") as client, pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(
             tools=TOOLS, model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
         )
     message = str(caught.value)
     assert "POST /__scenario" in message and "advanced/steering" in message
     server.use_scenario("advanced/steering", "which")
-    with sdk_for(server, "which") as client:
+    with session_client(server, "which") as client:
         answer = client.chat.completions.create(
             tools=TOOLS,
             model="gpt-4o-mini",

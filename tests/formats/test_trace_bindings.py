@@ -7,7 +7,6 @@ own context kept. Fixtures are written here in the real shapes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from chaosllm import ChaosServer
 from chaosllm.store.formats.importer import import_recordings
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.templating import resolve_trace_arguments
-from tests.helpers import chat_messages, openai_client
+from tests.helpers import chat_messages, session_client
 from tests.memory import EnginePair
 
 TOOLS: list[ChatCompletionToolParam] = [
@@ -155,7 +154,7 @@ def write(directory: Path, name: str, trace: dict[str, Any]) -> Path:
 
 
 @pytest.fixture
-def traces(tmp_path: Path) -> Path:
+def fixtures(tmp_path: Path) -> Path:
     root = tmp_path / "llm_traces"
     write(root, "bound", BOUND)
     write(root, "templated", TEMPLATED)
@@ -163,16 +162,6 @@ def traces(tmp_path: Path) -> Path:
     write(root, "force_text", FORCE_TEXT)
     write(root, "legacy", LEGACY)
     return root
-
-
-@pytest.fixture
-def server(traces: Path) -> Iterator[ChaosServer]:
-    with ChaosServer(traces) as srv:
-        yield srv
-
-
-def sdk_for(server: ChaosServer, session: str) -> openai.OpenAI:
-    return openai_client(server, default_headers={"X-Chaosllm-Session": session})
 
 
 def arguments(completion: Any) -> Any:
@@ -190,7 +179,7 @@ def assistant(completion: Any) -> dict[str, Any]:
 
 def test_trace_result_bindings_resolve_from_the_live_tool_result(server: ChaosServer) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Create a file and read it"}]
-    with sdk_for(server, "bind") as client:
+    with session_client(server, "bind") as client:
         first = client.chat.completions.create(
             model="bound-results", messages=chat_messages(messages), tools=TOOLS
         )
@@ -208,8 +197,8 @@ def test_trace_result_bindings_resolve_from_the_live_tool_result(server: ChaosSe
     assert [e["status"] for e in server.requests("bind")] == [200, 200]
 
 
-def test_an_unresolvable_binding_is_refused_and_the_step_stays(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_an_unresolvable_binding_is_refused_and_the_step_stays(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     ask = {"role": "user", "content": "Create a file"}
     call = {
         "role": "assistant",
@@ -272,7 +261,7 @@ def test_binding_errors_name_what_is_wrong() -> None:
 
 def test_templates_fill_from_tool_messages_and_user_rewrites(server: ChaosServer) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Search and open"}]
-    with sdk_for(server, "tpl") as client:
+    with session_client(server, "tpl") as client:
         first = client.chat.completions.create(
             model="templated-args", messages=chat_messages(messages), tools=TOOLS
         )
@@ -306,8 +295,8 @@ def ask(text: str, *, model: str = "mission-interleaved", tools: bool = True) ->
     return body
 
 
-def test_interleaved_threads_each_get_their_own_steps(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_interleaved_threads_each_get_their_own_steps(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     # The mission thread's call arrives first, though the foreground's step is recorded
     # first: the step whose hint fits is served.
     mission = pair.send(ask("Write the Mission Report now"), session="s")
@@ -322,8 +311,8 @@ def test_interleaved_threads_each_get_their_own_steps(traces: Path) -> None:
     assert all(a.record["findings"] == [] for a in (weather, done, sunny))
 
 
-def test_no_fitting_hint_serves_the_head_with_a_warning(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_no_fitting_hint_serves_the_head_with_a_warning(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     head = pair.send(ask("something else entirely"), session="s")
     assert head.json()["choices"][0]["message"]["tool_calls"][0]["id"] == "call_fg"
     [finding] = head.record["findings"]
@@ -331,7 +320,7 @@ def test_no_fitting_hint_serves_the_head_with_a_warning(traces: Path) -> None:
 
 
 def test_a_request_without_tools_gets_the_next_text_step(server: ChaosServer) -> None:
-    with sdk_for(server, "text") as client:
+    with session_client(server, "text") as client:
         first = client.chat.completions.create(
             model="force-text", messages=[{"role": "user", "content": "Summarise"}]
         )
@@ -342,7 +331,7 @@ def test_a_request_without_tools_gets_the_next_text_step(server: ChaosServer) ->
             model="force-text", messages=[{"role": "user", "content": "Summarise"}], tools=TOOLS
         )
         assert second.choices[0].message.content == "Second answer."
-    with sdk_for(server, "tools") as client:
+    with session_client(server, "tools") as client:
         offered = client.chat.completions.create(
             model="force-text", messages=[{"role": "user", "content": "Summarise"}], tools=TOOLS
         )
@@ -357,7 +346,7 @@ def test_two_traces_sharing_a_model_name_say_so(tmp_path: Path) -> None:
     second = write(tmp_path, "b/two", FORCE_TEXT)
     with (
         ChaosServer(tmp_path) as server,
-        sdk_for(server, "clash") as client,
+        session_client(server, "clash") as client,
         pytest.raises(openai.NotFoundError) as caught,
     ):
         client.chat.completions.create(
@@ -372,8 +361,8 @@ def test_two_traces_sharing_a_model_name_say_so(tmp_path: Path) -> None:
     assert "No recordings of this provider are loaded" not in message
 
 
-def test_past_the_end_says_the_trace_ran_out(traces: Path) -> None:
-    pair = EnginePair.of(traces)
+def test_past_the_end_says_the_trace_ran_out(fixtures: Path) -> None:
+    pair = EnginePair.of(fixtures)
     for _ in range(2):
         assert (
             pair.send(ask("Summarise", model="force-text", tools=False), session="s").status == 200
@@ -462,7 +451,7 @@ def test_a_bound_step_streams_with_the_resolved_arguments(server: ChaosServer) -
             "content": json.dumps({"file": {"id": "f-streamed", "sizes": [5, 6]}}),
         },
     ]
-    with sdk_for(server, "stream") as client:
+    with session_client(server, "stream") as client:
         client.chat.completions.create(
             model="bound-results", messages=chat_messages(messages[:1]), tools=TOOLS
         )

@@ -436,13 +436,18 @@ def test_an_error_mid_array_is_the_arrays_last_element(type_: str, after_chunks:
     assert "error" in payloads(sse_client.send(STREAM, stream=True))[-1]
 
 
+def faulted_answer(type_: str, name: str, stream: bool) -> dict[str, Any]:
+    """The answer to recording `name` with the fault `type_` armed (JSON, or assembled)."""
+    client = Client()
+    client.arm({"type": type_})
+    reply = client.send(name, stream=stream)
+    answer: dict[str, Any] = GEMINI.assemble(frames(reply)) if stream else body_json(reply)
+    return answer
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_malformed_tool_args_is_malformed_function_call(stream: bool) -> None:
-    client = Client()
-    client.arm({"type": "malformed_tool_args"})
-    reply = client.send(TOOLS, stream=stream)
-    answer = GEMINI.assemble(frames(reply)) if stream else body_json(reply)
-    [candidate] = answer["candidates"]
+    [candidate] = faulted_answer("malformed_tool_args", TOOLS, stream)["candidates"]
     assert candidate["finishReason"] == "MALFORMED_FUNCTION_CALL"
     assert "functionCall" not in json.dumps(candidate.get("content"))
     message = candidate["finishMessage"]
@@ -461,10 +466,7 @@ def test_malformed_tool_args_does_not_fire_without_a_function_call() -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_empty_response_is_a_content_with_no_parts(stream: bool) -> None:
-    client = Client()
-    client.arm({"type": "empty_response"})
-    reply = client.send(TEXT, stream=stream)
-    answer = GEMINI.assemble(frames(reply)) if stream else body_json(reply)
+    answer = faulted_answer("empty_response", TEXT, stream)
     [candidate] = answer["candidates"]
     assert candidate["content"] == {"role": "model"} and candidate["finishReason"] == "STOP"
     usage = answer["usageMetadata"]
