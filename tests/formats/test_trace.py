@@ -376,15 +376,18 @@ def test_memory_snapshot_and_http_exchanges_are_kept(server: ChaosServer) -> Non
     ]
 
 
+def first_call_id(client: openai.OpenAI, question: str) -> str:
+    """The id of the first tool call answering `question` (asked with the TOOLS offered)."""
+    answer = client.chat.completions.create(
+        tools=TOOLS, model="gpt-4o-mini", messages=[{"role": "user", "content": question}]
+    )
+    return (answer.choices[0].message.tool_calls or [])[0].id
+
+
 def test_a_single_trace_needs_no_model_name(tmp_path: Path) -> None:
     write(tmp_path, "echo", TOOL_ECHO)
     with ChaosServer(tmp_path) as server, session_client(server, "s") as client:
-        answer = client.chat.completions.create(
-            tools=TOOLS,
-            model="gpt-4o-mini",
-            messages=[{"role": "user", "content": "Please echo hello for me"}],
-        )
-        assert (answer.choices[0].message.tool_calls or [])[0].id == "call_echo_1"
+        assert first_call_id(client, "Please echo hello for me") == "call_echo_1"
 
 
 def test_several_traces_and_an_unknown_model_say_how_to_choose(server: ChaosServer) -> None:
@@ -396,12 +399,7 @@ def test_several_traces_and_an_unknown_model_say_how_to_choose(server: ChaosServ
     assert "POST /__scenario" in message and "advanced/steering" in message
     server.use_scenario("advanced/steering", "which")
     with session_client(server, "which") as client:
-        answer = client.chat.completions.create(
-            tools=TOOLS,
-            model="gpt-4o-mini",
-            messages=[{"role": "user", "content": "Write hello to /tmp/test.txt"}],
-        )
-    assert (answer.choices[0].message.tool_calls or [])[0].id == "c1"
+        assert first_call_id(client, "Write hello to /tmp/test.txt") == "c1"
 
 
 def test_bad_traces_are_reported(tmp_path: Path) -> None:
