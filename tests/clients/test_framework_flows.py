@@ -1,6 +1,6 @@
-"""Issue #13 on the wire, through the official SDKs: one test per defect on top of the
-in-memory ones (tests/engine/test_framework_flows.py). The upstream of the proxy modes is a
-second chaosllm replaying the shipped recordings, speaking the protocol."""
+"""The frameworks' flows on the wire, through the official SDKs: one test per behaviour on
+top of the in-memory ones (tests/engine/test_framework_flows.py). The upstream of the proxy
+modes is a second chaosllm replaying the shipped recordings, speaking the protocol."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Issue #13, in memory: what the frameworks people use (langchain-openai, pydantic-ai,
-openai-agents, litellm, instructor) hit, specified on the engine -- request bytes in, a
-decision out. The same behaviours through the official SDKs over sockets are in
+"""The flows the frameworks people use (langchain-openai, pydantic-ai, openai-agents,
+litellm, instructor) run, specified on the engine -- request bytes in, a decision out:
+faults in the proxy modes, the framing a request asks for, Responses conversations, the
+usage chunk, the journal's outcome, fresh ids on a later serve, usage estimates, re-asks
+and a scenario per session. The same through the official SDKs over sockets are in
 tests/clients/test_framework_flows.py."""
 
 from __future__ import annotations
