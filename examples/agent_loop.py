@@ -10,7 +10,7 @@ fails (the client gave up) changes nothing: the next step asks again.
     while not agent.done:
         agent.step()
 
-`tests/test_stateful.py` drives it with `chaosllm.stateful.AgentMachine`: faults armed
+`tests/clients/test_agent_machine.py` drives it with `chaosllm.stateful.AgentMachine`: faults armed
 between steps never make it run a tool call twice, send a broken conversation, or accept
 an answer from a faulted attempt. It runs the weather question of `agent_flow.py` against
 the shipped recordings.

@@ -3,19 +3,22 @@ recordings, servers and SDK clients, raw sockets, plans and fault transforms, fi
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import openai
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
@@ -23,10 +26,14 @@ from openai.types.chat import ChatCompletionMessageParam
 from chaosllm import ChaosServer
 from chaosllm.faults import FaultContext, apply_fault, parse_fault_spec
 from chaosllm.model import Ending, Framing, Piece, ResponsePlan
+from chaosllm.providers.sse import FrameSplitter
 from chaosllm.store.recordings import shipped_dir
 
 RECORDINGS = shipped_dir("recordings")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root: paths to its files are built from here, so that a test module
+reads the same files from whichever folder under tests/ it is in."""
+EXAMPLES = ROOT / "examples"
 """The example clients (``examples/``)."""
 CLI = [sys.executable, "-m", "chaosllm"]
 
@@ -85,15 +92,48 @@ def all_recordings(provider: str = "openai.chat") -> list[str]:
     )
 
 
-def request_body(name: str, *, stream: bool) -> dict[str, Any]:
-    """The recorded request as the client sent it, as a JSON or a streaming call."""
+def sdk_arguments(name: str, **fields: Any) -> dict[str, Any]:
+    """The recorded request's body as an SDK call's arguments: ``stream`` left out, for the
+    call to say (or set here with the other `fields`)."""
     body = dict(recording(name)["request"]["body"])
     body.pop("stream", None)
+    return {**body, **fields}
+
+
+def request_body(name: str, *, stream: bool) -> dict[str, Any]:
+    """The recorded request as the client sent it, as a JSON or a streaming call."""
+    body = sdk_arguments(name)
     body.pop("stream_options", None)
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def chat_completion(
+    content: str | None,
+    *,
+    model: str = "m",
+    message: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A Chat Completions answer: one assistant message saying `content` (with `message`'s
+    other fields), finished by ``stop``; `fields` add to the top level or replace it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", **(message or {}), "content": content},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        **fields,
+    }
 
 
 # -- servers and clients ---------------------------------------------------------------
@@ -174,6 +214,11 @@ def openai_client(server: ChaosServer, **options: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, **options)
 
 
+def session_client(server: ChaosServer, session: str, **options: Any) -> openai.OpenAI:
+    """`openai_client` whose requests name the chaosllm session `session`."""
+    return openai_client(server, default_headers={"X-Chaosllm-Session": session}, **options)
+
+
 def async_openai_client(server: ChaosServer, **options: Any) -> openai.AsyncOpenAI:
     """`openai_client`'s async twin (use it in an `async with` block)."""
     options = {"api_key": "sk-test", "max_retries": 0, "timeout": 10, **options}
@@ -184,6 +229,16 @@ def chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[ChatCompletionM
     """Chat messages built as JSON (recorded, or from an SDK object's ``model_dump``) as
     the SDK's message params: the JSON value narrowed for the type checker, unchanged."""
     return cast("list[ChatCompletionMessageParam]", list(messages))
+
+
+def run_within(seconds: float, exercise: Callable[[], Awaitable[None]]) -> None:
+    """`exercise` run on a fresh event loop, failing if it takes longer than `seconds`."""
+
+    async def main() -> None:
+        with anyio.fail_after(seconds):
+            await exercise()
+
+    anyio.run(main)
 
 
 # -- raw sockets -----------------------------------------------------------------------
@@ -207,6 +262,29 @@ def read_until_eof(sock: socket.socket) -> bytes:
         data += got
 
 
+def read_head(sock: socket.socket) -> tuple[int, bytes, bytes]:
+    """A response's status, its head and the bytes read after it (EOF first fails)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = sock.recv(65536)
+        assert got, f"EOF before a head: {data!r}"
+        data += got
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), head, rest
+
+
+def read_response(sock: socket.socket) -> tuple[int, bytes, bytes]:
+    """A complete Content-Length response: status, head, body."""
+    status, head, body = read_head(sock)
+    match = re.search(rb"(?i)content-length: (\d+)", head)
+    assert match is not None, head
+    while len(body) < int(match[1]):
+        got = sock.recv(65536)
+        assert got, "EOF inside the body"
+        body += got
+    return status, head, body
+
+
 # -- plans and fault transforms --------------------------------------------------------
 
 
@@ -220,6 +298,24 @@ def faulted(plan: ResponsePlan, ctx: FaultContext, type_: str, **params: Any) ->
     out = apply_fault(parse_fault_spec({"type": type_, **params}), plan, ctx)
     assert out is not None
     return out
+
+
+def split_in_pieces(splitter: FrameSplitter, body: bytes, cuts: Sequence[int]) -> list[bytes]:
+    """The frames `splitter` cuts `body` into when it arrives in pieces, cut at `cuts`."""
+    bounds = [0, *sorted(cuts), len(body)]
+    for start, end in itertools.pairwise(bounds):
+        splitter.feed(body[start:end], 0.0)
+    splitter.finish()
+    return [data for data, _ in splitter.frames]
+
+
+def transformed(
+    rendered: tuple[ResponsePlan, FaultContext], type_: str, **params: Any
+) -> tuple[ResponsePlan, ResponsePlan]:
+    """A rendered plan (and the context it was rendered in) before and after the fault
+    `type_` with `params`, which must apply."""
+    plan, ctx = rendered
+    return plan, faulted(plan, ctx, type_, **params)
 
 
 # -- files -----------------------------------------------------------------------------

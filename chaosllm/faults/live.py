@@ -12,7 +12,7 @@ says what to write to the client now (`Step.write`) and, once, how the client's 
 ends (`Step.end`: the pieces written last and the `Ending`); `LiveFault.finish` says
 it when the upstream's stream ended before that. Fed the frames of a stream, a machine
 gives the pieces and the ending `apply_fault` gives the plan of the same frames
-(``tests/test_live_faults_property.py`` checks it with hypothesis for every type). For
+(``tests/leaves/test_live_faults_property.py`` checks it with hypothesis for every type). For
 ``malformed_tool_args`` each protocol says how its frames break
 (`FaultHooks.break_argument_deltas`, with one stream's `ArgumentCuts`): where arguments
 stream as deltas (Chat Completions and Azure, Anthropic's ``input_json_delta``, the

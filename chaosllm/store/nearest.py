@@ -93,7 +93,7 @@ order) are weighed by length: the closest first, the longer first at the
 same distance, then the order counted (for the shorter ones, the reverse);
 a long list of ties is walked outwards from the query's length through the
 documents of each length instead of being sorted. The choice is exactly that
-of a plain filter, histogram and sort (``tests/test_nearest_selection.py``).
+of a plain filter, histogram and sort (``tests/leaves/test_nearest_selection.py``).
 
 Adding a key again replaces its document; the old one's postings stay behind
 (skipped) until replaced documents outnumber live ones and 1024, when the
