@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaosllm.config import ServerConfig
+from chaosllm.config import Mode, ServerConfig
 from chaosllm.core.clock import ManualClock
 from chaosllm.core.engine import Decision, Engine, ProviderCall, Proxy, Reply
 from chaosllm.faults import parse_fault_specs
@@ -68,6 +68,20 @@ class EnginePair:
     def __post_init__(self) -> None:
         store = RecordingStore.load(self.config.recordings)
         self.engine = Engine(self.config, store, clock=self.clock)
+
+    @classmethod
+    def proxying(cls, mode: Mode, tmp_path: Path, **config: Any) -> EnginePair:
+        """An engine in a proxy `mode` with no recordings, an upstream nobody answers on
+        and a record directory under `tmp_path` (its decisions are `Proxy`s)."""
+        return cls(
+            ServerConfig(
+                recordings=[tmp_path / "none"],
+                mode=mode,
+                upstream="http://127.0.0.1:9",
+                record_dir=tmp_path / "rec",
+                **config,
+            )
+        )
 
     @classmethod
     def of(cls, *recordings: Path, **config: Any) -> EnginePair:

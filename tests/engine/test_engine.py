@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chaosllm.config import Mode, OnMiss, ServerConfig
+from chaosllm.config import Mode, OnMiss
 from chaosllm.core.engine import Proxy, Reply
 from chaosllm.errors import InvalidFaultSpec
 from chaosllm.model import Ending, ResponsePlan
@@ -358,18 +358,8 @@ def test_a_recorded_structured_answer_that_breaks_its_schema_is_refused(
 # -- the proxy modes -------------------------------------------------------------------------
 
 
-def proxy_pair(mode: Mode, tmp_path: Path) -> EnginePair:
-    config = ServerConfig(
-        recordings=[tmp_path / "none"],
-        mode=mode,
-        upstream="http://127.0.0.1:9",
-        record_dir=tmp_path / "rec",
-    )
-    return EnginePair(config)
-
-
 def test_record_missing_proxies_a_miss_and_replays_a_hit(tmp_path: Path) -> None:
-    pair = proxy_pair(Mode.RECORD_MISSING, tmp_path)
+    pair = EnginePair.proxying(Mode.RECORD_MISSING, tmp_path)
     body = request_body(NAME, stream=False)
     proxy = pair.proxy(body, session="s")
     assert proxy.record and proxy.digest is not None and not proxy.faultable
@@ -380,7 +370,7 @@ def test_record_missing_proxies_a_miss_and_replays_a_hit(tmp_path: Path) -> None
 
 
 def test_record_forwards_what_is_not_json_without_recording_it(tmp_path: Path) -> None:
-    pair = proxy_pair(Mode.RECORD, tmp_path)
+    pair = EnginePair.proxying(Mode.RECORD, tmp_path)
     proxy = pair.proxy(None, raw=b"not json at all")
     assert proxy.body is None and proxy.digest is None and not proxy.record
     assert proxy.entry.record.error == (
@@ -389,7 +379,7 @@ def test_record_forwards_what_is_not_json_without_recording_it(tmp_path: Path) -
 
 
 def test_passthrough_redacts_before_keying(tmp_path: Path) -> None:
-    pair = proxy_pair(Mode.PASSTHROUGH, tmp_path)
+    pair = EnginePair.proxying(Mode.PASSTHROUGH, tmp_path)
     body = request_body(NAME, stream=False)
     secret = dict(body, user="sk-" + "a" * 40)
     proxy = pair.proxy(secret)
@@ -399,8 +389,8 @@ def test_passthrough_redacts_before_keying(tmp_path: Path) -> None:
 
 def test_a_fault_on_a_proxied_answer_is_journaled_by_the_engine(tmp_path: Path) -> None:
     # A fault that transforms the upstream's answer (one that answers alone never asks it:
-    # tests/test_frameworks_defects.py).
-    pair = proxy_pair(Mode.PASSTHROUGH, tmp_path)
+    # tests/engine/test_framework_flows.py).
+    pair = EnginePair.proxying(Mode.PASSTHROUGH, tmp_path)
     (armed,) = pair.arm({"type": "error_in_200", "message": "boom"})
     body = request_body(NAME, stream=False)
     proxy = pair.proxy(body)
@@ -418,7 +408,7 @@ def test_a_fault_on_a_proxied_answer_is_journaled_by_the_engine(tmp_path: Path) 
 
 
 def test_a_fault_that_does_not_match_leaves_the_proxy_streaming(tmp_path: Path) -> None:
-    pair = proxy_pair(Mode.PASSTHROUGH, tmp_path)
+    pair = EnginePair.proxying(Mode.PASSTHROUGH, tmp_path)
     pair.arm({"type": "http_503", "match": {"session": "other"}})
     assert not pair.proxy(request_body(NAME, stream=False), session="me").faultable
 

@@ -29,17 +29,6 @@ TOOL = "tool-call/0001"
 """A JSON answer with one tool call; tool-call/0002 answers the tool's result."""
 
 
-def proxy_pair(mode: Mode, tmp_path: Path, **options: Any) -> EnginePair:
-    config = ServerConfig(
-        recordings=[tmp_path / "none"],
-        mode=mode,
-        upstream="http://127.0.0.1:9",
-        record_dir=tmp_path / "rec",
-        **options,
-    )
-    return EnginePair(config)
-
-
 def native(name: str, body: dict[str, Any], response: dict[str, Any], **extra: Any) -> Any:
     """A native recording file's content (provider openai.chat unless `extra` says)."""
     return {
@@ -76,7 +65,7 @@ ALONE = [
 def test_a_fault_that_answers_alone_is_a_reply_in_every_proxy_mode(
     tmp_path: Path, mode: Mode, spec: dict[str, Any], stream: bool, status: int | None
 ) -> None:
-    pair = proxy_pair(mode, tmp_path)
+    pair = EnginePair.proxying(mode, tmp_path)
     (armed,) = pair.arm(spec)
     decision = pair.decide(request_body(STREAMED, stream=stream), session="s")
     assert isinstance(decision, Reply), decision  # no upstream call, nothing to record
@@ -103,7 +92,7 @@ def test_a_fault_that_answers_alone_is_a_reply_in_every_proxy_mode(
 def test_a_fault_that_transforms_the_answer_still_asks_once_and_records(
     tmp_path: Path, spec: dict[str, Any], stream: bool
 ) -> None:
-    pair = proxy_pair(Mode.RECORD, tmp_path)
+    pair = EnginePair.proxying(Mode.RECORD, tmp_path)
     pair.arm(spec)
     proxy = pair.proxy(request_body(STREAMED, stream=stream))
     assert proxy.faultable and proxy.record and proxy.drawn == ()
@@ -111,7 +100,7 @@ def test_a_fault_that_transforms_the_answer_still_asks_once_and_records(
 
 
 def test_fifo_an_earlier_fault_that_needs_the_answer_goes_first(tmp_path: Path) -> None:
-    pair = proxy_pair(Mode.PASSTHROUGH, tmp_path)
+    pair = EnginePair.proxying(Mode.PASSTHROUGH, tmp_path)
     pair.arm([{"type": "malformed_tool_args"}, {"type": "http_503"}])
     body = request_body(STREAMED, stream=False)
     proxy = pair.proxy(body)  # malformed_tool_args might fire: the upstream is asked
@@ -135,7 +124,7 @@ def test_probability_draws_are_those_of_replay(tmp_path: Path) -> None:
     for _ in range(40):
         fired = replay.send(body).reply.fired
         expected.append(fired.type if fired else None)
-    proxied = proxy_pair(Mode.PASSTHROUGH, tmp_path, seed=7)
+    proxied = EnginePair.proxying(Mode.PASSTHROUGH, tmp_path, seed=7)
     proxied.arm(specs)
     (exchange,) = [e for e in replay.engine.store.exchanges if e.name == STREAMED]
     plan = CHAT.render(exchange, body, timing=0.0)  # the upstream's answer, as a plan
@@ -329,7 +318,7 @@ def test_errors_of_chaosllm_end_complete(tmp_path: Path) -> None:
         (400, "complete"),
         (404, "complete"),
     ]
-    proxied = proxy_pair(Mode.RECORD, tmp_path).proxy(request_body(STREAMED, stream=False))
+    proxied = EnginePair.proxying(Mode.RECORD, tmp_path).proxy(request_body(STREAMED, stream=False))
     assert proxied.entry.record.ending is None  # pending until the upstream answers
 
 
