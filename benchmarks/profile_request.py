@@ -142,14 +142,14 @@ def wire_call(payloads: workloads.Payloads, kind: str, session: bool) -> hotpath
     from chaosllm.http.direct import DirectHandler
     from chaosllm.http.state import ChaosState
     from chaosllm.wire import WireServer
-    from chaosllm.wire import server as wire
+    from chaosllm.wire.protocol import Connection
 
     state = ChaosState.from_config(ServerConfig(recordings=[payloads.recordings]))
     server = WireServer(create_app(state=state), direct=DirectHandler(state))
     loop = _loop()
     asyncio.set_event_loop(loop)
-    server._loop = loop  # as `serve` sets it, which binds a socket: the protocol alone here
-    conn = wire._Conn(server)
+    server.loop = loop  # as `serve` sets it, which binds a socket: the protocol alone here
+    conn = Connection(server)
     sink = _Sink()
     conn.connection_made(sink)  # type: ignore[arg-type]  # a transport in all it uses
     raw = workloads.raw_request("127.0.0.1", 8000, PATH, payloads.request_file(kind).read_bytes())

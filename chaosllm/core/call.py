@@ -169,3 +169,6 @@ class Answer:
     fired: Fired | None = None
     limited: RateLimitState | None = None
     """The live rate limit's state after this request was charged, if any."""
+    rendering: Hashable | None = None
+    """The memo key of the plan as rendered, when it is a stored recording's (what the
+    fresh ids' template is kept under); None: rendered for this request alone."""

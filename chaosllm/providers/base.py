@@ -202,6 +202,7 @@ class Provider:
     served_answer = _Delegated("codec", Codec.served_answer)
     estimated = _Delegated("codec", Codec.estimated)
     fresh_ids = _Delegated("codec", Codec.fresh_ids)
+    id_template = _Delegated("codec", Codec.id_template)
     recorded_ids = _Delegated("codec", Codec.recorded_ids)
     assemble = _Delegated("codec", Codec.assemble)
     fallback = _Delegated("codec", Codec.fallback)

@@ -45,7 +45,7 @@ from chaosllm.model import (
 )
 from chaosllm.providers import sse
 from chaosllm.providers.conversation import ConversationChecks, Finding
-from chaosllm.providers.ids import MintedIds
+from chaosllm.providers.ids import IdTemplate, MintedIds
 from chaosllm.providers.text import JSON_HEADERS, canonical_json, sha256_digest
 
 __all__ = ["JSON_VARIANT", "SSE_VARIANT", "Codec", "FrameSplitting", "Variant"]
@@ -314,12 +314,18 @@ class Codec(abc.ABC):
     # -- fresh ids (`chaosllm.providers.ids`) -----------------------------------------
 
     def fresh_ids(
-        self, plan: ResponsePlan, answer: JSON, key: str
+        self, plan: ResponsePlan, answer: JSON, key: str, template: IdTemplate | None = None
     ) -> tuple[tuple[Piece, ...], dict[str, str]]:
         """The pieces of `plan` (rendered from `answer`) with every id the API minted in
         `answer` (`minted_prefixes`) replaced by a fresh one derived from `key` and the id,
-        and the mapping of the recorded ids to the fresh ones (`MintedIds.fresh`)."""
-        return self._ids.fresh(plan, answer, key)
+        and the mapping of the recorded ids to the fresh ones (`MintedIds.fresh`), from
+        `template` when given (`id_template`)."""
+        return self._ids.fresh(plan, answer, key, template)
+
+    def id_template(self, plan: ResponsePlan, answer: JSON) -> IdTemplate:
+        """Where the ids the API minted in `answer` sit in `plan` (`MintedIds.template`):
+        a value the engine's memo keeps with the rendering."""
+        return self._ids.template(plan, answer)
 
     def recorded_ids(self, raw: bytes, minted: Mapping[str, str]) -> bytes:
         """A request body with the fresh ids of `minted` (fresh -> recorded) it echoes

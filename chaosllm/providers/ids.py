@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from chaosllm.model import JSON, Piece, ResponsePlan
 from chaosllm.providers.text import keyed_strings
 
-__all__ = ["MintedIds", "swap_strings"]
+__all__ = ["IdTemplate", "MintedIds", "swap_strings"]
 
 
 class MintedIds:
@@ -41,15 +41,16 @@ class MintedIds:
         return list(found)
 
     def fresh(
-        self, plan: ResponsePlan, answer: JSON, key: str
+        self, plan: ResponsePlan, answer: JSON, key: str, template: IdTemplate | None = None
     ) -> tuple[tuple[Piece, ...], dict[str, str]]:
         """The pieces of `plan` (rendered from `answer`) with every id the API minted in
         `answer` replaced by a fresh one: the same prefix, length and alphabet, derived
         from `key` and the id (the same key gives the same ids), the same everywhere in
         the body or the frames; and the mapping of the recorded ids to the fresh ones
         (empty: nothing to replace, the pieces are the plan's). Where the ids sit in the
-        plan is worked out on each call (no cache keyed by the plan)."""
-        template = self._id_template(plan, answer)
+        plan is `template` (`template`: worked out here when not given)."""
+        if template is None:
+            template = self.template(plan, answer)
         if not template.ids:
             return plan.pieces, {}
         seed = key.encode("utf-8", "surrogatepass") + b"\x00"
@@ -68,7 +69,9 @@ class MintedIds:
             spec.old: new.decode("ascii") for spec, new in zip(template.ids, fresh, strict=True)
         }
 
-    def _id_template(self, plan: ResponsePlan, answer: JSON) -> _IdTemplate:
+    def template(self, plan: ResponsePlan, answer: JSON) -> IdTemplate:
+        """Where the ids the API minted in `answer` sit in `plan` (rendered from it): what
+        `fresh` needs, the same for every plan equal to `plan` (a memo may keep it)."""
         ids = self.found(answer) if self.prefixes else []
         pieces: tuple[tuple[bytes | int, ...], ...] = ()
         if ids:
@@ -82,7 +85,7 @@ class MintedIds:
                 )
                 for piece in plan.pieces
             )
-        return _IdTemplate(tuple(_IdSpec.of(old, self.prefixes) for old in ids), pieces)
+        return IdTemplate(tuple(_IdSpec.of(old, self.prefixes) for old in ids), pieces)
 
     def recorded(self, raw: bytes, minted: Mapping[str, str]) -> bytes:
         """A request body with the fresh ids of `minted` (fresh -> recorded) that it
@@ -100,7 +103,7 @@ class MintedIds:
 
 
 @dataclass(frozen=True, slots=True)
-class _IdTemplate:
+class IdTemplate:
     """Where the minted ids sit in a plan: each piece cut at them (an int is the index of
     an id in `ids`, bytes are kept as they are)."""
 

@@ -29,6 +29,7 @@ DELEGATED = {
         "served_answer",
         "estimated",
         "fresh_ids",
+        "id_template",
         "recorded_ids",
         "assemble",
         "fallback",

@@ -37,8 +37,16 @@ def mint(engine: Engine, request: Request, chosen: Chosen, answer: Answer, fault
     match = chosen.match
     if match is None or not match.serves:
         return
+    provider = request.call.provider
+    template = None
+    if answer.rendering is not None:  # a stored recording's rendering: its template kept
+        kept = ("ids", answer.rendering)
+        template = engine.memo.get(kept)
+        if template is None:
+            template = provider.id_template(answer.plan, answer.answer)
+            engine.memo.put(kept, template, answer.plan.body_length)
     key = f"{engine.config.seed}:{session!r}:{answer.exchange.name}:{match.serves}"
-    pieces, fresh = request.call.provider.fresh_ids(answer.plan, answer.answer, key)
+    pieces, fresh = provider.fresh_ids(answer.plan, answer.answer, key, template)
     if not fresh:
         return
     engine.sessions.mint(session, fresh)

@@ -4,6 +4,7 @@ jitter its draws are the request's own: such an answer is not kept in the memo).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from chaosllm.core.call import Answer, Chosen, Request
@@ -35,19 +36,14 @@ def draw_key(engine: Engine, request: Request) -> str:
     return f"{engine.config.seed}:{request.call.session!r}:{request.turn}:timing"
 
 
-def _plan(engine: Engine, request: Request, exchange: Exchange, *, stored: bool) -> ResponsePlan:
-    """The plan of `exchange` for `request`; a `stored` exchange's (one of the store's,
-    as it is) is kept in the memo by its identity and what the rendering depends on."""
+def _plan(
+    engine: Engine, request: Request, exchange: Exchange, key: Hashable | None
+) -> ResponsePlan:
+    """The plan of `exchange` for `request`, kept in the memo under `key` (a stored
+    recording's rendering; None: not kept)."""
     provider, body, timing = request.call.provider, request.body, engine.config.timing
     pace = engine.config.pace
-    key = None
-    if stored:
-        key = (
-            "render",
-            provider.name,
-            exchange.key,
-            provider.render_key(exchange, body, timing=timing),
-        )
+    if key is not None:
         kept: ResponsePlan | None = engine.memo.get(key)
         if kept is not None:
             return kept if pace is None or not pace.jitter else _paced(engine, request, kept)
@@ -70,9 +66,14 @@ def render(engine: Engine, request: Request, chosen: Chosen) -> Answer:
     exchange = chosen.exchange
     for hook in engine.hooks.exchange:
         exchange = hook(engine, request, exchange)
+    key = None
     match = chosen.match
-    stored = match is not None and exchange is match.exchange
-    return Answer(exchange, _plan(engine, request, exchange, stored=stored), exchange.response.body)
+    if match is not None and exchange is match.exchange:  # a stored recording, as it is
+        provider, timing = request.call.provider, engine.config.timing
+        variant = provider.render_key(exchange, request.body, timing=timing)
+        key = ("render", provider.name, exchange.key, variant)
+    plan = _plan(engine, request, exchange, key)
+    return Answer(exchange, plan, exchange.response.body, rendering=key)
 
 
 def render_answer(engine: Engine, request: Request, answer: JSON) -> ResponsePlan:
@@ -80,4 +81,4 @@ def render_answer(engine: Engine, request: Request, answer: JSON) -> ResponsePla
     renders), at the pace asked."""
     call = request.call
     exchange = rendered(call.provider, request.body, answer, call.path, request.digest)
-    return _plan(engine, request, exchange, stored=False)
+    return _plan(engine, request, exchange, None)
