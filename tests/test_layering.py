@@ -1,6 +1,6 @@
 """The package's folders are its layers (SPEC §8), and imports only go down.
 
-    base (errors, model, config, paths, lazy)
+    base (errors, model, config, paths, lazy, suggest)
       <- providers <- faults <- store <- core     the sans-IO spine
       <- wire <- record <- http                    the I/O edges
       <- server, cli, doctor, testing              what people run
@@ -20,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "chaosllm"
 
-BASE = {"errors", "model", "config", "paths", "lazy"}
+BASE = {"errors", "model", "config", "paths", "lazy", "suggest"}
 SPINE = ["base", "providers", "faults", "store", "core"]
 ALLOWED: dict[str, set[str]] = {
     "base": {"base"},
