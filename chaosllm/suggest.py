@@ -7,6 +7,7 @@ plane's 400s, a profile or provider looked up by name) suggest alike.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 __all__ = ["close_names", "did_you_mean"]
@@ -18,7 +19,12 @@ def close_names(word: str, choices: Iterable[str], *, n: int = 3) -> list[str]:
     names = list(dict.fromkeys(choices))
     found = difflib.get_close_matches(word, names, n=n, cutoff=0.6)
     if len(found) < n and len(word) >= 3:
-        found += [c for c in names if c.startswith(word) and c not in found][: n - len(found)]
+        # a prefix, or a misspelt first word of a longer name ("flakey": flaky-provider)
+        heads = {c: re.split(r"[-_.]", c.lstrip("-"), maxsplit=1)[0] for c in names}
+        close_heads = set(difflib.get_close_matches(word.lstrip("-"), heads.values(), cutoff=0.8))
+        found += [
+            c for c in names if c not in found and (c.startswith(word) or heads[c] in close_heads)
+        ][: n - len(found)]
     return found
 
 

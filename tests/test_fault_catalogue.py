@@ -154,7 +154,7 @@ def test_cli_flags_are_exactly_the_catalogue_parameters() -> None:
     expected = {"--" + name.replace("_", "-") for _, name, _ in PARAMS}
     common = {"--remaining", "--probability", "--reask", "--session", "--model", "--path", "--url"}
     common |= {"--contains", "--tool", "--turn", "--after-requests", "--every", "--ttl-ms"}
-    assert flags - {"--help", "--token"} == expected | common
+    assert flags - {"--help", "--token", "--json"} == expected | common
 
 
 # -- the control plane's query typing -----------------------------------------------------------

@@ -373,6 +373,11 @@ def with_suggestion(message: str) -> str:
         return _insert(message, found, 1, FAULT_TYPES)
     found = _UNKNOWN_PARAM.search(message)
     if found and found[1] in FAULT_TYPES:
+        name = found[2][1:-1]
+        takers = [t.name for t in FAULT_TYPES.values() if name in t.params]
+        if takers:  # a real parameter, of other types: say which
+            where = f" (a parameter of {', '.join(takers)})"
+            return message[: found.end(2)] + where + message[found.end(2) :]
         return _insert(message, found, 2, [*FAULT_TYPES[found[1]].params, *COMMON_FIELDS])
     found = _UNKNOWN_MATCH.search(message)
     if found:
