@@ -17,7 +17,7 @@ from chaosllm.faults import CATALOGUE
 from chaosllm.faults.catalogue import Param
 from chaosllm.faults.spec import COMMON_FIELDS, MATCH_FIELDS, SCHEDULE_FIELDS
 
-__all__ = ["CONTROL_CALLS", "control_plane_page", "cli_page", "fault_catalogue_page"]
+__all__ = ["CONTROL_CALLS", "cli_page", "control_plane_page", "fault_catalogue_page"]
 
 
 def _cell(text: str) -> str:
@@ -54,8 +54,8 @@ def fault_catalogue_page() -> str:
         "|---|---|---|---|",
     ]
     for entry in CATALOGUE:
-        params = "<br>".join(_param(n, p) for n, p in entry.params.items()) or "–"
-        retry = {True: "yes", False: "no", None: "–"}[entry.retryable]
+        params = "<br>".join(_param(n, p) for n, p in entry.params.items()) or "-"
+        retry = {True: "yes", False: "no", None: "-"}[entry.retryable]
         lines.append(f"| `{entry.name}` | {_cell(entry.summary)} | {params} | {retry} |")
     lines += [
         "",
@@ -174,12 +174,10 @@ CONTROL_CALLS: dict[tuple[str, str], str] = {
     ("DELETE", "/__fault"): "disarm every fault",
     ("POST", "/__fault/{type}"): "arm one fault of that type; query parameters set its "
     "parameters (`?remaining=2&after_chunks=1&session=s1`)",
-    ("DELETE", "/__fault/{id}"): "disarm one fault (404 `unknown_fault` when it is not "
-    "armed)",
+    ("DELETE", "/__fault/{id}"): "disarm one fault (404 `unknown_fault` when it is not armed)",
     ("POST", "/__profile"): 'arm a profile: `{"profile": NAME}` (a shipped one) or a '
     "profile object",
-    ("GET", "/__ratelimit"): "the live rate limit and the buckets kept (`?session=` "
-    "filters)",
+    ("GET", "/__ratelimit"): "the live rate limit and the buckets kept (`?session=` filters)",
     ("POST", "/__ratelimit"): '`{"rpm": N, "tpm": M}`: live rate limits from now on, every '
     "bucket full",
     ("DELETE", "/__ratelimit"): "no live rate limits",
