@@ -102,7 +102,7 @@ def _verbosity(parser: argparse.ArgumentParser) -> None:
         "--verbose",
         action="count",
         default=argparse.SUPPRESS,
-        help="log more: every decision of the engine (DEBUG)",
+        help="log more (the DEBUG level)",
     )
     parser.add_argument(
         "-q",
@@ -923,9 +923,10 @@ def _ls(args: argparse.Namespace) -> int:
             kind = "stream" if item["stream"] else "json"
             question = item["question"]
             asked = repr(question if len(question) <= 60 else question[:57] + "...")
+            described = f"  ({item['description']})" if item["description"] else ""
             print(
                 f"{item['name']:<26} {item['provider']:<24} {item['model']!s:<26} {kind:<6} "
-                f"{item['status']}  {asked if question else '-'}"
+                f"{item['status']}  {asked if question else '-'}{described}"
             )
         which = f" of provider {args.provider}" if args.provider else ""
         print(f"{len(summary)} recordings{which} in {', '.join(map(str, dirs))}")
