@@ -1,13 +1,22 @@
-"""The `chaosllm` command. The only place that prints for people and exits."""
+"""The `chaosllm` command. The only place that prints for people and exits.
+
+Exit status: 0 when the command did what it was asked; 1 when it failed at run time (the
+server could not start, a server could not be reached or refused the call, a recording is
+corrupt, a probe cell got worse); 2 when the command line is wrong (an unknown flag, fault
+type or profile, a value out of range, a path that is not a recordings directory). Errors
+are one line on stderr, ``chaosllm: error: <cause>: <what to do>``, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import ipaddress
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +34,7 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
-from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError
+from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError, InvalidFaultSpec
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
 from chaosllm.http.control import parse_allow_hosts
@@ -35,8 +44,73 @@ from chaosllm.store.formats import IMPORTABLE
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import list_profiles, load_profile
 from chaosllm.store.recordings import RecordingStore, shipped_dir
+from chaosllm.suggest import did_you_mean
 
 __all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a mistyped flag or subcommand (exit status 2)."""
+
+    def error(self, message: str) -> Any:
+        if message.startswith("unrecognized arguments:"):
+            known = _option_strings(self._root())
+            hints = [
+                f"{word}{hint}"
+                for word in message.split(":", 1)[1].split()
+                if word.startswith("-") and (hint := did_you_mean(word.split("=")[0], known))
+            ]
+            if hints:
+                message += "; " + ", ".join(hints)
+        found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if found:
+            choices = re.findall(r"'([^']*)'", found[2]) or found[2].split(", ")
+            message = f"{message}{did_you_mean(found[1], choices)}"
+        # One line, the cause first (argparse would print the whole usage first).
+        self.exit(2, f"chaosllm: error: {message} (see `{self.prog} --help`)\n")
+
+    def _root(self) -> argparse.ArgumentParser:
+        return _ROOT if _ROOT is not None else self
+
+
+_ROOT: argparse.ArgumentParser | None = None
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every long flag of `parser` and of its subcommands, recursively."""
+    found: list[str] = []
+    for action in parser._actions:
+        found += [o for o in action.option_strings if o.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _option_strings(sub)
+    return found
+
+
+def _fault_type(value: str) -> str:
+    if value in FAULT_TYPES:
+        return value
+    raise argparse.ArgumentTypeError(
+        f"unknown fault type {value!r}{did_you_mean(value, FAULT_TYPES)}"
+    )
+
+
+def _verbosity(parser: argparse.ArgumentParser) -> None:
+    """-v/--verbose and -q/--quiet, on the command and on `serve` (as users type them)."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log more (the DEBUG level)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log only warnings and errors (no access log, no fault lines)",
+    )
 
 
 def _choice(parse: type[Mode] | type[OnMiss] | type[ServerKind]) -> Callable[[str], Any]:
@@ -114,19 +188,34 @@ def _server_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
+EPILOG = (
+    "exit status: 0 ok, 1 a failure at run time, 2 a wrong command line. "
+    "Docs: docs/ in the repository (mkdocs serve)."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="chaosllm", description="A fault-injection chaos server for LLM HTTP clients."
+    global _ROOT
+    parser = _Parser(
+        prog="chaosllm",
+        description="A fault-injection chaos server for LLM HTTP clients.",
+        epilog=EPILOG,
     )
+    _ROOT = parser
     parser.add_argument("--version", action="version", version=f"chaosllm {__version__}")
+    _verbosity(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
         "serve",
         help="serve recordings over the providers' HTTP APIs",
-        description="Replay recorded exchanges over the providers' HTTP "
-        "APIs (OpenAI Chat Completions).",
+        description="Replay recorded exchanges over the providers' own HTTP APIs (OpenAI "
+        "Chat Completions and Responses, Anthropic Messages, Gemini, Azure OpenAI, Ollama, "
+        "Bedrock Converse, embeddings), or record them from a real provider, and break "
+        "them with armed faults.",
+        epilog=EPILOG,
     )
+    _verbosity(serve)
     serve.add_argument(
         "--recordings",
         action="append",
@@ -312,7 +401,10 @@ def _parser() -> argparse.ArgumentParser:
     fault_sub = fault.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
     arm = fault_sub.add_parser("arm", help="arm one fault", description=describe_catalogue())
     arm.formatter_class = argparse.RawDescriptionHelpFormatter
-    arm.add_argument("type", choices=list(FAULT_TYPES), metavar="TYPE")
+    arm.add_argument("type", type=_fault_type, metavar="TYPE")
+    arm.add_argument(
+        "--json", action="store_true", help="print the server's JSON answer, not one line"
+    )
     arm.add_argument("--remaining", type=int)
     arm.add_argument("--probability", type=float)
     arm.add_argument("--reask", action="store_true", default=None, help=COMMON_FIELDS["reask"])
@@ -330,7 +422,9 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("name", metavar="NAME|FILE")
     listing = fault_sub.add_parser("list", help="armed faults and fired history")
     clear = fault_sub.add_parser("clear", help="disarm all faults (or one by id)")
-    clear.add_argument("id", nargs="?")
+    clear.add_argument("id", nargs="?", help="a fault id: flt_3, #3 or 3")
+    for action in (profile, listing, clear):
+        action.add_argument("--json", action="store_true", help="print the server's JSON answer")
     for action in (arm, profile, listing, clear):
         # as users type them: `chaosllm fault arm http_503 --url U` as well as before ACTION
         _server_options(action, suppress=True)
@@ -380,6 +474,11 @@ def _parser() -> argparse.ArgumentParser:
         help="recordings directories (default: the shipped ones)",
     )
     ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.add_argument(
+        "--provider",
+        metavar="NAME",
+        help="only this provider's recordings (openai.chat, anthropic.messages, ...)",
+    )
 
     doctor = sub.add_parser(
         "doctor",
@@ -480,7 +579,8 @@ def _fault(args: argparse.Namespace) -> int:
             elif args.fault_command == "list":
                 response = client.get("/__fault")
             else:
-                response = client.delete(f"/__fault/{args.id}" if args.id else "/__fault")
+                fault_id = _fault_id(args.id) if args.id else None
+                response = client.delete(f"/__fault/{fault_id}" if fault_id else "/__fault")
     except httpx.HTTPError as exc:
         print(f"chaosllm: cannot reach the server at {base}: {exc}", file=sys.stderr)
         return 1
@@ -490,9 +590,19 @@ def _fault(args: argparse.Namespace) -> int:
         payload = {"raw": response.text}
     if response.is_error:
         message = payload.get("error", {}).get("message") if isinstance(payload, dict) else None
-        print(f"chaosllm: {response.status_code}: {message or payload}", file=sys.stderr)
+        # The first sentence says what is wrong; the rest (the catalogue) is --help's.
+        first = str(message or payload).split("\n", 1)[0].split(". ", 1)[0].rstrip(".")
+        named = re.match(r"(\w+) has no parameter", first)
+        if named and named[1] in FAULT_TYPES:
+            takes = ", ".join(FAULT_TYPES[named[1]].params) or "no parameters"
+            first += f"; {named[1]} takes {takes}"
+        print(f"chaosllm: error: {first} ({response.status_code} from {base})", file=sys.stderr)
         return 1
-    if args.fault_command == "list":
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    elif args.fault_command == "list":
+        if not payload["armed"] and not payload["fired"]:
+            print("no faults armed, none fired since the last reset")
         for fault in payload["armed"]:
             print(
                 f"armed {fault['id']:<8} {fault['type']:<20} remaining={fault['remaining']} "
@@ -509,9 +619,40 @@ def _fault(args: argparse.Namespace) -> int:
                 f"fired {fired['id']:<8} {fired['type']:<20} request={fired['request_seq']} "
                 f"session={fired['session']}"
             )
+    elif args.fault_command == "clear":
+        count = payload.get("disarmed", 0)
+        print(f"disarmed {count} fault{'s' if count != 1 else ''}")
     else:
-        print(json.dumps(payload, indent=2))
+        if args.fault_command == "profile":
+            print(f"armed profile {payload.get('profile')}: {len(payload['faults'])} faults")
+        for fault in payload["faults"]:
+            print("armed " + _one_line(fault))
     return 0
+
+
+_NOT_SHOWN = ("id", "type", "fired", "armed_at", "seen", "remaining")
+
+
+def _one_line(fault: dict[str, Any]) -> str:
+    """``connection_reset#3 (after_chunks=2, remaining=1)``: an armed fault as the server
+    holds it, its defaults left out."""
+    shown = [
+        f"{name}={json.dumps(value) if isinstance(value, (dict, list, str)) else value}"
+        for name, value in fault.items()
+        if name not in _NOT_SHOWN
+        and value is not None
+        and not (name == "probability" and value == 1.0)
+    ]
+    shown.append(f"remaining={fault.get('remaining')}")
+    number = str(fault.get("id", "?")).removeprefix("flt_")
+    return f"{fault.get('type')}#{number} ({', '.join(shown)})"
+
+
+def _fault_id(given: str) -> str:
+    """``flt_3``, ``#3`` and ``3`` all name fault ``flt_3`` (the one-line form prints
+    ``#3``)."""
+    bare = given.lstrip("#")
+    return f"flt_{bare}" if bare.isdigit() else given
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -662,8 +803,18 @@ def _serve(args: argparse.Namespace) -> int:
         rate_limit=rate_limit,
     )
     for d in config.recordings:
-        if not Path(d).is_dir() and not (record_dir is not None and Path(d) == record_dir):
-            print(f"chaosllm: recordings directory {d} does not exist", file=sys.stderr)
+        if record_dir is not None and Path(d) == record_dir and not Path(d).exists():
+            continue  # the recorder makes it
+        problem = _not_a_recordings_dir(Path(d))
+        if problem:
+            print(f"chaosllm: error: {problem}", file=sys.stderr)
+            return 2
+    profile = None
+    if args.profile:
+        try:
+            profile = load_profile(args.profile)
+        except InvalidFaultSpec as exc:
+            print(f"chaosllm: error: --profile: {exc}", file=sys.stderr)
             return 2
 
     if not _is_loopback(args.host) and not args.control_token:
@@ -688,8 +839,8 @@ def _serve(args: argparse.Namespace) -> int:
         target = f", recording to {record_dir}" if record_dir is not None else ""
         upstream = state.upstream.display if state.upstream else config.upstream
         print(f"chaosllm: {config.mode.value}: proxying to {upstream}{target}", file=sys.stderr)
-    if args.profile:
-        profile = load_profile(args.profile)
+    _report_loaded(state, config.recordings)
+    if profile is not None:
         state.board.arm(profile.specs)
         print(
             f"chaosllm: armed profile {profile.name}: {len(profile.specs)} faults", file=sys.stderr
@@ -711,24 +862,92 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ls(args: argparse.Namespace) -> int:
-    dirs = args.dirs or [shipped_dir("recordings")]
-    store = RecordingStore.load(dirs)
-    if args.json:
-        print(
-            json.dumps({"recordings": store.summary(), "errors": store.error_summary()}, indent=2)
+def _not_a_recordings_dir(path: Path) -> str | None:
+    """Why `path` cannot be a ``--recordings`` directory (None: it can), cause first."""
+    if path.is_dir():
+        return None
+    if path.exists():
+        return (
+            f"--recordings {path} is a file, not a directory: give the directory that holds "
+            f"the recordings (its <scenario>/NNNN.json files)"
         )
-    else:
-        for item in store.summary():
-            kind = "stream" if item["stream"] else "json"
-            print(
-                f"{item['name']:<28} {item['model']!s:<26} {kind:<6} {item['status']}  "
-                f"{item['digest'][:12]}  {item['description'] or ''}"
+    return f"--recordings {path} does not exist: give a directory of recordings"
+
+
+def _report_loaded(state: ChaosState, dirs: Sequence[Path]) -> None:
+    """One line for what was loaded, and a warning naming each directory that holds no
+    recording (every request to it would be a miss)."""
+    counts = {str(d): 0 for d in dirs}
+    for exchange in state.store.exchanges:
+        for d in counts:
+            if (exchange.source or "").startswith(d.rstrip(os.sep) + os.sep):
+                counts[d] += 1
+                break
+    log = logging.getLogger("chaosllm")
+    log.info("loaded %d recordings from %s", len(state.store.exchanges), ", ".join(counts))
+    for d, count in counts.items():
+        if count == 0:
+            log.warning(
+                "warning: %s holds no recordings: every request will be a miss (404) "
+                "until you record some (--mode record-missing --upstream URL)",
+                d,
             )
-        print(f"{len(store.exchanges)} recordings in {', '.join(map(str, dirs))}")
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from chaosllm.providers import PROVIDERS
+
+    dirs = args.dirs or [shipped_dir("recordings")]
+    for d in dirs:
+        problem = _not_a_recordings_dir(Path(d))
+        if problem:
+            print(f"chaosllm: error: {problem.replace('--recordings ', '')}", file=sys.stderr)
+            return 2
+    if args.provider is not None and args.provider not in PROVIDERS:
+        print(
+            f"chaosllm: error: unknown provider {args.provider!r}"
+            f"{did_you_mean(args.provider, PROVIDERS)}; providers: {', '.join(PROVIDERS)}",
+            file=sys.stderr,
+        )
+        return 2
+    store = RecordingStore.load(dirs)
+    summary = [
+        {**item, "question": _question(exchange)}
+        for item, exchange in zip(store.summary(), store.exchanges, strict=True)
+        if args.provider is None or item["provider"] == args.provider
+    ]
+    if args.json:
+        print(json.dumps({"recordings": summary, "errors": store.error_summary()}, indent=2))
+    else:
+        for item in summary:
+            kind = "stream" if item["stream"] else "json"
+            question = item["question"]
+            asked = repr(question if len(question) <= 60 else question[:57] + "...")
+            described = f"  ({item['description']})" if item["description"] else ""
+            print(
+                f"{item['name']:<26} {item['provider']:<24} {item['model']!s:<26} {kind:<6} "
+                f"{item['status']}  {asked if question else '-'}{described}"
+            )
+        which = f" of provider {args.provider}" if args.provider else ""
+        print(f"{len(summary)} recordings{which} in {', '.join(map(str, dirs))}")
         for error in store.errors:
             print(f"error: {error}", file=sys.stderr)
     return 1 if store.errors else 0
+
+
+def _question(exchange: Any) -> str:
+    """The last user message of a recorded request: what to ask to get its answer."""
+    from chaosllm.providers import PROVIDERS
+
+    provider = PROVIDERS.get(exchange.provider)
+    text = provider.faults.last_user_text(exchange.request.body) if provider is not None else None
+    return " ".join(text.split()) if text else ""
+
+
+def _level(args: argparse.Namespace) -> int:
+    if getattr(args, "quiet", False):
+        return logging.WARNING
+    return logging.DEBUG if getattr(args, "verbose", 0) else logging.INFO
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -738,7 +957,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger = logging.getLogger("chaosllm")
     logger.addHandler(handler)
     level = logger.level
-    logger.setLevel(logging.INFO)
+    logger.setLevel(_level(args))
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # `chaosllm ls | head -1`: the reader has all it wanted. Point stdout at nothing,
+        # so that flushing it at exit raises nothing either.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("chaosllm: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        # main() may run in-process (tests, other tools): leave the logger as it was, so no
+        # handler outlives the stderr it was bound to.
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
@@ -752,13 +991,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _import(args)
         return _ls(args)
     except ChaosLLMError as exc:
-        print(f"chaosllm: {exc}", file=sys.stderr)
+        print(f"chaosllm: error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        # main() may run in-process (tests, other tools): leave the logger as it was, so no
-        # handler outlives the stderr it was bound to.
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import gc
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -79,8 +82,42 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise _start_failure(exc, host, port) from None
     return sock
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The error that stopped a server, out of the task groups it was raised through: the
+    first `ServerError` or `OSError` in `exc` (an exception group's leaves, depth first),
+    else `exc` itself, so that a message names the cause rather than the group."""
+    stack = [exc]
+    while stack:
+        found = stack.pop(0)
+        inner = getattr(found, "exceptions", None)
+        if isinstance(inner, tuple):
+            stack[:0] = list(inner)
+        elif isinstance(found, (ServerError, OSError)):
+            return found
+    return exc
+
+
+def _start_failure(exc: BaseException, host: str, port: int) -> ServerError:
+    """One readable line for why a server could not start, the cause first: a port in use
+    says so and what to do, other errors keep their own message."""
+    cause = _cause(exc)
+    text = str(cause)
+    if (isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE) or (
+        "Address already in use" in text
+    ):
+        return ServerError(
+            f"port {port} is already in use: cannot listen on {host}:{port} while another "
+            f"process does; stop it, or pick another port (port 0 picks a free one)"
+        )
+    if isinstance(cause, OSError):
+        return ServerError(f"cannot listen on {host}:{port}: {cause.strerror or cause}")
+    if isinstance(cause, ServerError):
+        return cause
+    return ServerError(f"{type(cause).__name__}: {cause}")
 
 
 def _url(host: str, port: int) -> str:
@@ -148,7 +185,8 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
         import uvicorn
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ServerError(
-            "--server uvicorn needs uvicorn: pip install 'chaosllm[uvicorn]'"
+            "--server uvicorn needs uvicorn: pip install -e '.[uvicorn]' from a clone "
+            "(or pip install uvicorn)"
         ) from exc
     from chaosllm.http.uvicorn_guard import (
         GRACEFUL_TIMEOUT_S,
@@ -225,19 +263,42 @@ def run_server(
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
                     log.info("received %s: shutting down", signal.Signals(signum).name)
-                    stop.set()
-                    return
+                    break
+            # A second Ctrl-C while the shutdown waits on open responses (a stall holds
+            # one for its max_ms): stop now, with one line rather than the tracebacks of
+            # every task the interrupt would tear through.
+            previous.update(
+                {sig: signal.signal(sig, _stop_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+            )
+            stop.set()
 
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_on_signal)
                 await _serve_builtin(app, host, port, config, ready, stop, kind)
                 tg.cancel_scope.cancel()
-        except OSError as exc:
-            raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        except Exception as exc:
+            cause = _cause(exc)
+            if isinstance(cause, (ServerError, OSError)):
+                raise _start_failure(cause, host, port) from None
+            raise
 
-    with contextlib.suppress(KeyboardInterrupt):
+    previous: dict[int, Any] = {}
+    try:
         anyio.run(main, backend_options=backend_options())
+    except KeyboardInterrupt:  # before the signal receiver was listening
+        log.info("interrupted: stopped")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop_now(signum: int, frame: Any) -> None:
+    log.warning("%s again: stopped without waiting for open responses", signal.Signals(signum).name)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(130)
 
 
 class ChaosServer:
@@ -425,7 +486,9 @@ class ChaosServer:
         if self._error is not None or self.port is None:
             self._thread.join(timeout)
             self._thread = None
-            raise ServerError(f"the server failed to start: {self._error!r}") from self._error
+            if self._error is None:
+                raise ServerError("the server failed to start")
+            raise _start_failure(self._error, self.host, self._requested_port) from None
         return self
 
     def _wait_uvicorn(self, timeout: float) -> None:
@@ -438,7 +501,7 @@ class ChaosServer:
             if self._uvicorn.started or self._error is not None or deadline <= 0:
                 break
         if self._error is not None:
-            raise ServerError(f"uvicorn failed to start: {self._error!r}") from self._error
+            raise _start_failure(self._error, self.host, self._requested_port) from None
         if not self._uvicorn.started:
             raise ServerError(f"uvicorn did not start within {timeout} s")
 

@@ -33,7 +33,12 @@ Who may call it (`ControlGuard`, an ASGI middleware, so it holds under every ser
   ``DELETE /__fault``) carries no content type to check; a page could still send one
   (a ``no-cors`` fetch or an empty form), but the browser always adds ``Origin`` to a
   POST or DELETE, so such a call is refused exactly when its ``Origin`` is foreign, and
-  ``curl -X POST``, the CLI and scripts keep working without a content type.
+  ``curl -X POST``, the CLI and scripts keep working without a content type. A body
+  that parses as JSON counts as JSON whatever its content type when the request carries
+  no ``Origin`` and no browser ``Sec-Fetch-*`` header (``curl -d``, which says it sends
+  a form, and Node's ``fetch`` with a string body, which says ``text/plain`` and sends
+  only ``Sec-Fetch-Mode``): a browser sends ``Origin`` on every cross-origin POST and
+  ``Sec-Fetch-Site`` on every request, so a page's forged form is still refused.
 
 Every refusal is a 403 in the OpenAI envelope (``code: control_forbidden``) saying what
 to do. Provider endpoints (``/v1/...``) and ``/health`` are not control calls: the SDKs
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -56,7 +62,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chaosllm.config import parse_rate_limit
 from chaosllm.core import verdict as verdicts
@@ -69,8 +75,10 @@ from chaosllm.faults import (
     parse_fault_specs,
     spec_from_query,
 )
+from chaosllm.faults.spec import COMMON_FIELDS, MATCH_FIELDS
 from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
 from chaosllm.store.profiles import Profile, list_profiles, load_profile, parse_profile
+from chaosllm.suggest import did_you_mean
 
 __all__ = ["SETTLE_LIMIT", "ControlGuard", "control_routes", "parse_allow_hosts", "settle"]
 
@@ -187,20 +195,27 @@ class ControlGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(CONTROL_PREFIX):
-            refusal = self._refusal(scope)
+            headers = _headers(scope)
+            refusal = (
+                self._client_refusal(scope, headers)
+                or self._host_refusal(scope, headers)
+                or self._origin_refusal(scope, headers)
+            )
+            if refusal is None:
+                refusal = self._content_type_refusal(scope, headers)
+                if refusal is not None and _scripted(headers):
+                    # curl -d, fetch() with a string body, a script: no browser sent it
+                    # (a browser always adds Origin or Sec-Fetch-* to a cross-origin
+                    # POST), so a body that parses as JSON is JSON.
+                    body = await _read_body(receive)
+                    if _parses_as_json(body):
+                        await self.app(scope, _replay(body, receive), send)
+                        return
+                    refusal += " (The body is not valid JSON either.)"
             if refusal is not None:
                 await openai_error(403, refusal, code="control_forbidden")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-    def _refusal(self, scope: Scope) -> str | None:
-        headers = _headers(scope)
-        return (
-            self._client_refusal(scope, headers)
-            or self._host_refusal(scope, headers)
-            or self._origin_refusal(scope, headers)
-            or self._content_type_refusal(scope, headers)
-        )
 
     def _client_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
         if self.token is None:
@@ -280,6 +295,53 @@ class ControlGuard:
         )
 
 
+def _scripted(headers: dict[str, str]) -> bool:
+    """Whether a request carries none of the headers a browser adds to what a page sends:
+    no ``Origin`` and no ``Sec-Fetch-Site`` (nor ``Sec-Fetch-Dest``/``-User``). Node's
+    `fetch` (undici) sends ``Sec-Fetch-Mode: cors`` alone, which no browser does: every
+    browser that sends Sec-Fetch headers sends ``Sec-Fetch-Site``, and every browser adds
+    ``Origin`` to a cross-origin POST."""
+    return "origin" not in headers and not any(name in _BROWSER_FETCH_HEADERS for name in headers)
+
+
+_BROWSER_FETCH_HEADERS = frozenset({"sec-fetch-site", "sec-fetch-dest", "sec-fetch-user"})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    """The whole request body (the app's `BodyLimit`, outside this middleware, bounds it)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _parses_as_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return False
+    return True
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` once, then what the server gives (a disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
 def _same_origin(scope: Scope, origin: str, host: str | None) -> bool:
     """Whether `origin` is the server's own: the scheme it is served on and the `host`
     the request was sent to (default ports made explicit on both sides)."""
@@ -298,8 +360,38 @@ def _same_origin(scope: Scope, origin: str, host: str | None) -> bool:
     return theirs[0] == ours[0] and (theirs[1] or default) == (ours[1] or default)
 
 
+_UNKNOWN_TYPE = re.compile(r"unknown fault type ('[^']*')")
+_UNKNOWN_PARAM = re.compile(r"(\w+) has no parameter ('[^']*')")
+_UNKNOWN_MATCH = re.compile(r"match has no field ('[^']*')")
+
+
+def with_suggestion(message: str) -> str:
+    """A fault spec's error with a "did you mean" right after the unknown type,
+    parameter or match field it names, when one is close to a known name."""
+    found = _UNKNOWN_TYPE.search(message)
+    if found:
+        return _insert(message, found, 1, FAULT_TYPES)
+    found = _UNKNOWN_PARAM.search(message)
+    if found and found[1] in FAULT_TYPES:
+        name = found[2][1:-1]
+        takers = [t.name for t in FAULT_TYPES.values() if name in t.params]
+        if takers:  # a real parameter, of other types: say which
+            where = f" (a parameter of {', '.join(takers)})"
+            return message[: found.end(2)] + where + message[found.end(2) :]
+        return _insert(message, found, 2, [*FAULT_TYPES[found[1]].params, *COMMON_FIELDS])
+    found = _UNKNOWN_MATCH.search(message)
+    if found:
+        return _insert(message, found, 1, MATCH_FIELDS)
+    return message
+
+
+def _insert(message: str, found: re.Match[str], group: int, choices: Iterable[str]) -> str:
+    hint = did_you_mean(found[group][1:-1], choices)
+    return message[: found.end(group)] + hint + message[found.end(group) :]
+
+
 def _bad_spec(exc: InvalidFaultSpec) -> JSONResponse:
-    return openai_error(400, str(exc), code="invalid_fault_spec")
+    return openai_error(400, with_suggestion(str(exc)), code="invalid_fault_spec")
 
 
 async def arm_faults(request: Request) -> Response:
@@ -367,7 +459,8 @@ def _shipped_profile(name: str) -> Profile:
     shipped = list_profiles()
     if name not in shipped:
         raise InvalidFaultSpec(
-            f"unknown profile {name!r}; shipped profiles: {', '.join(shipped) or '(none)'}; "
+            f"unknown profile {name!r}{did_you_mean(name, shipped)}; shipped profiles: "
+            f"{', '.join(shipped) or '(none)'}; "
             'or send a profile of your own inline: {"description": ..., '
             '"faults": [fault spec, ...]}'
         )

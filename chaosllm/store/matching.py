@@ -529,7 +529,8 @@ class Matcher:
             )
         lines.append(
             "Record it with --mode record-missing, serve a canned answer with "
-            "--on-miss fallback, or see what is loaded with `chaosllm ls`."
+            "--on-miss fallback, or see what is loaded (and the questions it answers) "
+            f"with `chaosllm ls --provider {provider.name}`."
         )
         return "\n".join(lines)
 

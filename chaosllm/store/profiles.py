@@ -15,6 +15,7 @@ from pathlib import Path
 from chaosllm.errors import InvalidFaultSpec, UnsafePath
 from chaosllm.faults.profiles import Profile, parse_profile
 from chaosllm.paths import safe_child, shipped_dir
+from chaosllm.suggest import did_you_mean
 
 __all__ = ["Profile", "list_profiles", "load_profile", "parse_profile"]
 
@@ -38,10 +39,11 @@ def load_profile(name_or_path: str, directory: Path | None = None) -> Profile:
         except UnsafePath as exc:
             raise InvalidFaultSpec(f"bad profile name: {exc}") from None
         if not target.is_file():
-            known = ", ".join(list_profiles(root)) or "(none)"
+            shipped = list_profiles(root)
             raise InvalidFaultSpec(
-                f"unknown profile {name_or_path!r}; shipped profiles: "
-                f"{known}; or give the path of a .json profile file"
+                f"unknown profile {name_or_path!r}{did_you_mean(name_or_path, shipped)}; "
+                f"shipped profiles: {', '.join(shipped) or '(none)'}; or give the path of "
+                f"a .json profile file"
             )
     try:
         data = json.loads(target.read_text(encoding="utf-8"))

@@ -455,7 +455,7 @@ def test_get_requests_can_wait_for_answers_in_flight(http: httpx.Client) -> None
     assert http.get("/__requests", params={"settle": "soon"}).status_code == 400
 
 
-# -- firing semantics: specified in memory (tests/test_engine.py); here real concurrency ------
+# -- firing semantics: specified in memory (tests/engine/test_engine.py); here real concurrency
 
 
 def test_match_session_isolates_parallel_clients(server: ChaosServer) -> None:

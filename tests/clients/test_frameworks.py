@@ -1,11 +1,11 @@
-"""What the frameworks people use do with each fault (the README's "your framework").
+"""What the frameworks people use do with each fault (docs/providers/frameworks.md).
 
 Each test points a framework at `chaosllm.ChaosServer` with a fault armed and asserts what
 the framework does: retried, raised which exception, or silently accepted a partial
-answer. A framework that is not installed is skipped (``pip install -e '.[frameworks]'``);
-the default suite needs none. The answers come from the shipped scenarios by sequence
-matching, whatever body the framework sends. Retries are set small and Retry-After
-short, so the module stays fast."""
+answer. A framework that is not installed is skipped (one extra each:
+``pip install -e '.[langchain]'``); the default suite needs none. The answers come from
+the shipped scenarios by sequence matching, whatever body the framework sends. Retries
+are set small and Retry-After short, so the module stays fast."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The fault catalogue is the one description of a fault type: everything that lists
 types or parameters (the CLI, the control plane's query typing, the strategies, the
-README's table) is derived from it or checked against it here, so an entry that lacks
-something fails one of these tests."""
+docs' tables: the generated reference and the hand-written "Breaking things") is derived
+from it or checked against it here, so an entry that lacks something fails one of these
+tests."""
 
 from __future__ import annotations
 
@@ -32,13 +33,14 @@ from chaosllm.faults import (
 )
 from chaosllm.faults.spec import COMMON_FIELDS, MATCH_FIELDS
 from chaosllm.providers.openai_chat import OpenAIChat
+from chaosllm.reference import fault_catalogue_page
 from chaosllm.strategies import SIMPLEST_FIRST, faults
 from chaosllm.testing.probe import default_faults
 from tests.helpers import FAILURE_CLASSES
 from tests.leaves.test_fault_transform import ANSWER, TOOL_ANSWER, context
 
 PACKAGE = Path(chaosllm.__file__).parent
-README = PACKAGE.parent / "README.md"
+BREAKING_THINGS = PACKAGE.parent / "docs" / "faults.md"
 PARAMS = [(t.name, name, p) for t in CATALOGUE for name, p in t.params.items()]
 
 
@@ -154,7 +156,7 @@ def test_cli_flags_are_exactly_the_catalogue_parameters() -> None:
     expected = {"--" + name.replace("_", "-") for _, name, _ in PARAMS}
     common = {"--remaining", "--probability", "--reask", "--session", "--model", "--path", "--url"}
     common |= {"--contains", "--tool", "--turn", "--after-requests", "--every", "--ttl-ms"}
-    assert flags - {"--help", "--token"} == expected | common
+    assert flags - {"--help", "--token", "--json"} == expected | common
 
 
 # -- the control plane's query typing -----------------------------------------------------------
@@ -211,15 +213,14 @@ def test_every_draw_is_used_by_some_parameter() -> None:
     assert used >= set(Draw)
 
 
-# -- the README's table -------------------------------------------------------------------------
+# -- the docs' tables: the generated reference and "Breaking things" ------------------------
 
 
-def readme_catalogue() -> dict[str, list[tuple[str, str | None]]]:
-    """type -> [(parameter, the default the README states, or None)] from the table under
-    "### The catalogue"."""
-    section = README.read_text("utf-8").split("### The catalogue", 1)[1].split("\n#", 1)[0]
+def catalogue_rows(text: str) -> dict[str, list[tuple[str, str | None]]]:
+    """type -> [(parameter, the default the table states, or None)] from a markdown table
+    whose rows start with the type and whose second column names its parameters."""
     rows: dict[str, list[tuple[str, str | None]]] = {}
-    for line in section.splitlines():
+    for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         found = re.fullmatch(r"`(\w+)`", cells[0]) if line.startswith("| `") else None
         if found:
@@ -228,20 +229,48 @@ def readme_catalogue() -> dict[str, list[tuple[str, str | None]]]:
     return rows
 
 
-def test_the_readme_table_has_a_row_per_type_with_its_parameters() -> None:
-    rows = readme_catalogue()
+def hand_written_catalogue() -> dict[str, list[tuple[str, str | None]]]:
+    """The table under "## The catalogue" of docs/faults.md (what each type does to each
+    kind of request, written by hand)."""
+    section = BREAKING_THINGS.read_text("utf-8").split("## The catalogue", 1)[1]
+    return catalogue_rows(section.split("\n#", 1)[0])
+
+
+def generated_catalogue() -> dict[str, list[tuple[str, str | None]]]:
+    """The reference page the docs build generates (`chaosllm.reference`), its table
+    read with the parameters' descriptions left out."""
+    table = fault_catalogue_page().split("## Fields every fault takes", 1)[0]
+    rows: dict[str, list[tuple[str, str | None]]] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        found = re.fullmatch(r"`(\w+)`", cells[0]) if line.startswith("| `") else None
+        if found:
+            params = re.findall(r"(?:^|<br>)`(\w+)`(?: \(([^)]*)\))?:", cells[2])
+            rows[found[1]] = [(name, default or None) for name, default in params]
+    return rows
+
+
+def check_table(rows: dict[str, list[tuple[str, str | None]]], where: str) -> None:
     missing = [name for name in FAULT_TYPES if name not in rows]
-    assert missing == [], f"the README's catalogue table has no row for {missing}"
-    assert list(rows) == list(FAULT_TYPES), "rows in another order than the catalogue"
+    assert missing == [], f"{where} has no row for {missing}"
+    assert list(rows) == list(FAULT_TYPES), f"{where}: rows in another order than the catalogue"
     for entry in CATALOGUE:
         assert [name for name, _ in rows[entry.name]] == list(entry.params), entry.name
         for name, stated in rows[entry.name]:
             default = entry.params[name].default
             if stated is None or not re.fullmatch(r"[\d.]+", stated):
                 # no default stated, or a description of what None does ("half")
-                assert default is None, f"{entry.name}.{name}: README omits default {default}"
+                assert default is None, f"{where}: {entry.name}.{name} omits default {default}"
             else:
-                assert default == float(stated), f"{entry.name}.{name}: README says {stated}"
+                assert default == float(stated), f"{where}: {entry.name}.{name} says {stated}"
+
+
+def test_the_generated_reference_has_a_row_per_type_with_its_parameters() -> None:
+    check_table(generated_catalogue(), "the generated fault reference")
+
+
+def test_the_hand_written_table_has_a_row_per_type_with_its_parameters() -> None:
+    check_table(hand_written_catalogue(), "docs/faults.md's catalogue table")
 
 
 # -- no fault name outside the catalogue --------------------------------------------------------

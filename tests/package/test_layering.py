@@ -1,6 +1,6 @@
 """The package's folders are its layers (SPEC §8), and imports only go down.
 
-    base (errors, model, config, paths, lazy)
+    base (errors, model, config, paths, lazy, suggest)
       <- providers <- faults <- store <- core     the sans-IO spine
       <- wire <- record <- http                    the I/O edges
 
@@ -25,7 +25,7 @@ from tests.helpers import ROOT
 
 PACKAGE = ROOT / "chaosllm"
 
-BASE = {"errors", "model", "config", "paths", "lazy"}
+BASE = {"errors", "model", "config", "paths", "lazy", "suggest"}
 SPINE = ["base", "providers", "faults", "store", "core"]
 ALLOWED: dict[str, set[str]] = {
     "base": {"base"},

@@ -113,6 +113,7 @@ def test_fault_commands_against_a_running_server() -> None:
             "2",
             "--session",
             "s1",
+            "--json",
             env=env,
         )
         assert result.returncode == 0, result.stderr
@@ -137,7 +138,9 @@ def test_fault_url_and_token_also_after_the_action() -> None:
     nowhere = "http://127.0.0.1:9"
     env = {"CHAOSLLM_URL": nowhere, "CHAOSLLM_CONTROL_TOKEN": ""}
     with serving("--control-token", "s3cret") as (url, _):
-        armed = run("fault", "arm", "http_503", "--url", url, "--token", "s3cret", env=env)
+        armed = run(
+            "fault", "arm", "http_503", "--url", url, "--token", "s3cret", "--json", env=env
+        )
         assert armed.returncode == 0, armed.stderr
         assert json.loads(armed.stdout)["faults"][0]["type"] == "http_503"
         refused = run("fault", "list", "--url", url, env=env)
@@ -145,7 +148,7 @@ def test_fault_url_and_token_also_after_the_action() -> None:
         before = run("fault", "--url", url, "--token", "s3cret", "list", env=env)
         assert before.returncode == 0 and "http_503" in before.stdout
         after_wins = run(
-            "fault", "--url", nowhere, "--token", "s3cret", "clear", "--url", url, env=env
+            "fault", "--url", nowhere, "--token", "s3cret", "clear", "--url", url, "--json", env=env
         )
         assert after_wins.returncode == 0, after_wins.stderr
         assert json.loads(after_wins.stdout) == {"disarmed": 1}
