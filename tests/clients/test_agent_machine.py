@@ -394,8 +394,10 @@ class ForgetfulMachine(_LoopMachine):
 
 @pytest.mark.timeout(60)
 def test_an_agent_that_accepts_an_empty_answer_is_caught() -> None:
+    # The search is derandomised: enough examples that finding the bug does not hang on
+    # which seed the code's shape gives it.
     with pytest.raises(ResilienceViolation, match="the agent accepted '' from request #1") as info:
-        run_state_machine_as_test(EmptyAnswerMachine, settings=FAST)
+        run_state_machine_as_test(EmptyAnswerMachine, settings=settings(FAST, max_examples=60))
     assert "which empty_response broke" in str(info.value)
 
 
