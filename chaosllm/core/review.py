@@ -18,7 +18,7 @@ serve, or refuses (which ends the review).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from chaosllm.core.oracle import Refusal, Review, strict_refusal
@@ -46,7 +46,6 @@ class Reviewing:
     checked: int = 0
     """How many findings there were before the review (the precheck's)."""
     refusal: Refusal | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 Reviewer = Callable[[Reviewing], None]
