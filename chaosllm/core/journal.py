@@ -244,7 +244,7 @@ class Journal:
     def add_like(self, rest: tuple[Any, ...]) -> JournalEntry:
         """A new entry whose record has the next sequence number, the clock's time and
         `rest`, the fields after ``monotonic`` of a `JournalRecord` (another record's
-        ``[3:]``): the engine's quiet lane journals a replay repeated as it is."""
+        ``[3:]``): the engine's memo journals a replay repeated as it is."""
         clock = self.clock
         with self._lock:
             record = tuple.__new__(
