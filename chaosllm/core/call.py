@@ -44,6 +44,17 @@ class ProviderCall:
     """Request headers, names in lower case."""
     query: bytes = b""
 
+    def journal_fields(self, model: Any, stream: bool, digest: str | None) -> dict[str, Any]:
+        """The head of the call's journal record: who asked what, how."""
+        return {
+            "session": self.session,
+            "method": self.method,
+            "path": self.path,
+            "model": model,
+            "stream": stream,
+            "digest": digest,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -143,16 +154,7 @@ class Request:
         )
 
     def journal_fields(self) -> dict[str, Any]:
-        call = self.call
-        return {
-            "session": call.session,
-            "method": call.method,
-            "path": call.path,
-            "model": self.model,
-            "stream": self.stream,
-            "digest": self.digest,
-            **self.fields,
-        }
+        return {**self.call.journal_fields(self.model, self.stream, self.digest), **self.fields}
 
 
 @dataclass(slots=True)

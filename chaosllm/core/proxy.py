@@ -68,16 +68,7 @@ def forward(
     stream = provider.wants_stream(body)
     model = provider.model_of(body) if body is not None else None
     model = model if isinstance(model, str) else None
-    fields = {
-        "session": call.session,
-        "method": call.method,
-        "path": call.path,
-        "model": model,
-        "stream": stream,
-        "digest": digest,
-        "match": "upstream",
-        "miss": miss,
-    }
+    fields = {**call.journal_fields(model, stream, digest), "match": "upstream", "miss": miss}
     headers: Headers = (("x-chaosllm-match", "upstream"),)
     if digest is not None:
         headers += (("x-chaosllm-digest", digest),)

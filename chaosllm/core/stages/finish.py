@@ -60,12 +60,7 @@ def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) 
     entry = _record(
         engine,
         {
-            "session": call.session,
-            "method": call.method,
-            "path": call.path,
-            "model": None,
-            "stream": False,
-            "digest": None,
+            **call.journal_fields(None, False, None),
             "status": plan.status,
             "ending": "complete",
             "error": error,
