@@ -40,26 +40,20 @@ def _plan(
     engine: Engine, request: Request, exchange: Exchange, key: Hashable | None
 ) -> ResponsePlan:
     """The plan of `exchange` for `request`, kept in the memo under `key` (a stored
-    recording's rendering; None: not kept)."""
-    provider, body, timing = request.call.provider, request.body, engine.config.timing
-    pace = engine.config.pace
-    if key is not None:
-        kept: ResponsePlan | None = engine.memo.get(key)
-        if kept is not None:
-            return kept if pace is None or not pace.jitter else _paced(engine, request, kept)
-    plan = provider.render(exchange, body, timing=timing)
-    if pace is not None and not pace.jitter:
-        plan = paced(plan, pace, provider, "")  # the same every time: kept paced
-    if key is not None:
-        engine.memo.put(key, plan, plan.body_length)
-    return plan if pace is None or not pace.jitter else _paced(engine, request, plan)
-
-
-def _paced(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
-    """`plan` at a pace with jitter: the draws are the request's own."""
-    assert engine.config.pace is not None
-    request.keep = False
-    return paced(plan, engine.config.pace, request.call.provider, draw_key(engine, request))
+    recording's rendering; None: not kept), paced last when the pace has jitter (its
+    draws are the request's own)."""
+    provider, pace = request.call.provider, engine.config.pace
+    plan: ResponsePlan | None = engine.memo.get(key) if key is not None else None
+    if plan is None:
+        plan = provider.render(exchange, request.body, timing=engine.config.timing)
+        if pace is not None and not pace.jitter:
+            plan = paced(plan, pace, provider, "")  # the same every time: kept paced
+        if key is not None:
+            engine.memo.put(key, plan, plan.body_length)
+    if pace is not None and pace.jitter:
+        request.keep = False
+        plan = paced(plan, pace, provider, draw_key(engine, request))
+    return plan
 
 
 def render(engine: Engine, request: Request, chosen: Chosen) -> Answer:
