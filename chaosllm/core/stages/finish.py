@@ -69,8 +69,9 @@ def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) 
     return Reply(plan, entry)
 
 
-def _reply(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) -> Reply:
-    entry = _record(
+def _entry(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) -> JournalEntry:
+    """The record of `request` answered with `plan` (its status and how it ends)."""
+    return _record(
         engine,
         {
             **request.journal_fields(),
@@ -79,7 +80,10 @@ def _reply(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) 
             **fields,
         },
     )
-    return Reply(plan, entry)
+
+
+def _reply(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) -> Reply:
+    return Reply(plan, _entry(engine, request, plan, **fields))
 
 
 def refuse(engine: Engine, request: Request, refusal: Refusal) -> Reply:
@@ -114,9 +118,9 @@ def limited(engine: Engine, fields: dict[str, Any], plan: ResponsePlan) -> Reply
 
 def alone(engine: Engine, request: Request, plan: ResponsePlan, fired: Fired) -> Reply:
     """A proxied request answered by a fault without asking the upstream."""
-    reply = _reply(engine, request, plan)
-    fired.request_seq = reply.entry.seq
-    return Reply(reply.plan, reply.entry, fired=fired)
+    entry = _entry(engine, request, plan)
+    fired.request_seq = entry.seq
+    return Reply(plan, entry, fired=fired)
 
 
 def pending(engine: Engine, fields: dict[str, Any]) -> JournalEntry:
@@ -138,10 +142,7 @@ def served(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> 
     if consumed:
         assert match is not None
         engine.matcher.consume(match, session)
-    entry = _record(
-        engine,
-        {**request.journal_fields(), "status": head_status(plan), "ending": ending_of(plan)},
-    )
+    entry = _entry(engine, request, plan)
     if fired is not None:
         fired.request_seq = entry.seq
     if match is not None:
