@@ -37,6 +37,7 @@ from chaosllm.config import (
 from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError, InvalidFaultSpec
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
+from chaosllm.http.access import AccessLog, LineBuffer
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server
@@ -840,6 +841,8 @@ def _serve(args: argparse.Namespace) -> int:
         upstream = state.upstream.display if state.upstream else config.upstream
         print(f"chaosllm: {config.mode.value}: proxying to {upstream}{target}", file=sys.stderr)
     _report_loaded(state, config.recordings)
+    if _level(args) <= logging.INFO:
+        state.access = AccessLog(args.access_lines)
     if profile is not None:
         state.board.arm(profile.specs)
         print(
@@ -950,9 +953,24 @@ def _level(args: argparse.Namespace) -> int:
     return logging.DEBUG if getattr(args, "verbose", 0) else logging.INFO
 
 
+class _LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The command's log lines on standard error, after the access lines buffered before
+    them (`chaosllm.http.access`): the lines keep their order."""
+
+    def __init__(self, lines: LineBuffer) -> None:
+        super().__init__(sys.stderr)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.flush()
+        super().emit(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
+    lines = LineBuffer(sys.stderr, prefix="chaosllm: ")
+    args.access_lines = lines
+    handler = _LogHandler(lines)
     handler.setFormatter(logging.Formatter("chaosllm: %(message)s"))
     logger = logging.getLogger("chaosllm")
     logger.addHandler(handler)
@@ -973,6 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         # main() may run in-process (tests, other tools): leave the logger as it was, so no
         # handler outlives the stderr it was bound to.
+        lines.close()
         logger.removeHandler(handler)
         logger.setLevel(level)
 

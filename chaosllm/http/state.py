@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chaosllm.config import Mode, ServerConfig
 from chaosllm.core.call import Decision, ProviderCall
 from chaosllm.core.clock import Clock
 from chaosllm.core.engine import Engine
 from chaosllm.errors import ConfigError
+from chaosllm.http.access import AccessLog
 from chaosllm.model import Exchange
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.store.redact import Redactor
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["ChaosState"]
 
 log = logging.getLogger("chaosllm")
-access_log = logging.getLogger("chaosllm.access")
-"""One line per provider request (INFO): ``chaosllm serve`` shows it, ``--quiet`` hides
-it; a library user sees it only when they turn INFO on for ``chaosllm``."""
 
 
 class ChaosState(Engine):
@@ -38,6 +36,9 @@ class ChaosState(Engine):
     """The real provider, in modes other than replay."""
     writer: RecordingWriter | None = None
     """Writes new recordings, in modes record and record-missing."""
+    access: AccessLog = AccessLog()
+    """Where the access lines go (`chaosllm.http.access`): the ``chaosllm.access``
+    logger unless ``chaosllm serve`` gives a buffer."""
 
     @classmethod
     def from_config(cls, config: ServerConfig, *, clock: Clock | None = None) -> ChaosState:
@@ -68,11 +69,12 @@ class ChaosState(Engine):
     def handle(self, call: ProviderCall, *, turn: int | None = None) -> Decision:
         """The engine's decision (`Engine.handle`), and the access log line for it when
         INFO is on: the one edge every server and the direct path go through."""
-        if not access_log.isEnabledFor(logging.INFO):
+        access = self.access
+        if not access.enabled:
             return super().handle(call, turn=turn)
         started = time.perf_counter()
         decision = super().handle(call, turn=turn)
-        _log_access(decision.entry.record, (time.perf_counter() - started) * 1000.0)
+        access.write(decision.entry.record, (time.perf_counter() - started) * 1000.0)
         return decision
 
     def record(self, exchange: Exchange, session: str | None) -> Exchange:
@@ -84,35 +86,6 @@ class ChaosState(Engine):
         self.learn(stored)
         log.info("recorded %s (%s)", stored.name, stored.source)
         return stored
-
-
-def _log_access(record: Any, ms: float) -> None:
-    """``POST /v1/chat/completions exact knowledge/0004 200 fault=- 0.4ms`` (the
-    decision's time; a stream's frames follow it), and a second line when a fault fired."""
-    fault = record.fault
-    if record.miss:
-        matched = "miss"
-    elif record.rate_limited:
-        matched = "rate-limited"
-    else:
-        matched = record.match or ("proxy" if record.recording is None else "-")
-    status = "-" if record.status is None else record.status
-    fired = f"{fault['type']}#{fault.get('id', '?')}" if fault else "-"
-    access_log.info(
-        "%s %s %s %s %s fault=%s %.1fms%s",
-        record.method,
-        record.path,
-        matched,
-        record.recording or "-",
-        status,
-        fired,
-        ms,
-        f" session={record.session}" if record.session else "",
-    )
-    if fault:
-        access_log.info(
-            "fault %s fired on request #%d (%s %s)", fired, record.seq, record.method, record.path
-        )
 
 
 def _prepare_record_dir(config: ServerConfig) -> None:
