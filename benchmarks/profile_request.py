@@ -145,7 +145,7 @@ def wire_call(payloads: workloads.Payloads, kind: str, session: bool) -> hotpath
     from chaosllm.wire.protocol import Connection
 
     state = ChaosState.from_config(ServerConfig(recordings=[payloads.recordings]))
-    server = WireServer(create_app(state=state), direct=DirectHandler(state))
+    server = WireServer(create_app(state=state), direct=DirectHandler(state), memo=state.memo)
     loop = _loop()
     asyncio.set_event_loop(loop)
     server.loop = loop  # as `serve` sets it, which binds a socket: the protocol alone here

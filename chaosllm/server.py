@@ -155,6 +155,7 @@ async def _serve_builtin(
             max_connections=config.max_connections,
             error_body=error_body_for_path,
             direct=DirectHandler(app.state.chaos),
+            memo=app.state.chaos.memo,
         )
     async with anyio.create_task_group() as tg:
         bound = await tg.start(server.serve)

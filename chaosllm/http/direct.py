@@ -15,6 +15,7 @@ unexpected exception is answered as the app's `ErrorEnvelope` answers it: the pr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from chaosllm.config import Mode
 from chaosllm.core.engine import ProviderCall, Reply
@@ -56,11 +57,58 @@ class DirectHandler:
         query: bytes,
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
+        kept: Any = None,
+        /,
     ) -> tuple[ResponsePlan, PlanReport] | None:
-        provider = self.provider_for(method, path)
-        if provider is None:
+        keyed = self.state.limiter is not None
+        derived = kept.derived if kept is not None else None
+        if derived is not None and derived[0] is keyed:  # the same request, worked out
+            provider, call = derived[1], derived[2]
+        else:
+            provider = self.provider_for(method, path)
+            call = (
+                None
+                if provider is None
+                else self.call_for(provider, method, path, query, headers, body)
+            )
+            if kept is not None:
+                kept.derived = (keyed, provider, call)
+        if provider is None or call is None:
             return None
-        return self.answer(provider, method, path, query, headers, body)
+        return self.serve(provider, call)
+
+    def call_for(
+        self,
+        provider: Provider,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> ProviderCall:
+        """The engine's call for a request `provider_for` gave `provider` for: a function
+        of the request alone, and of whether a live rate limit is on (which keys its
+        buckets by the API key's headers)."""
+        session = None
+        mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
+        keyed = self.state.limiter is not None  # the live rate limit's caller: the API key
+        for name, value in headers:
+            if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
+                if session is None:  # the first one, as the app reads it
+                    session = value.decode("latin-1")
+            elif name[:11].lower() == MOCK_LLM_PREFIX or (
+                keyed and name.lower() in KEY_HEADER_BYTES
+            ):
+                mocked.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+        return ProviderCall(
+            provider=provider,
+            path=path,
+            body=body,
+            session=session,
+            method=method,
+            headers=tuple(mocked),
+            query=query,
+        )
 
     def answer(
         self,
@@ -72,34 +120,17 @@ class DirectHandler:
         body: bytes,
     ) -> tuple[ResponsePlan, PlanReport]:
         """The plan for a request `provider_for` gave `provider` for, and its report."""
-        state = self.state
-        session = None
-        mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
-        keyed = state.limiter is not None  # the live rate limit's caller: the API key
-        for name, value in headers:
-            if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
-                if session is None:  # the first one, as the app reads it
-                    session = value.decode("latin-1")
-            elif name[:11].lower() == MOCK_LLM_PREFIX or (
-                keyed and name.lower() in KEY_HEADER_BYTES
-            ):
-                mocked.append((name.decode("latin-1").lower(), value.decode("latin-1")))
-        call = ProviderCall(
-            provider=provider,
-            path=path,
-            body=body,
-            session=session,
-            method=method,
-            headers=tuple(mocked),
-            query=query,
-        )
+        return self.serve(provider, self.call_for(provider, method, path, query, headers, body))
+
+    def serve(self, provider: Provider, call: ProviderCall) -> tuple[ResponsePlan, PlanReport]:
+        """The engine's decision on `call` as a plan, and its report."""
         try:
-            decision = state.handle(call)
+            decision = self.state.handle(call)
         except Exception as exc:
             # As the app's ErrorEnvelope answers: the protocol's 500, an id in the log.
             plan = provider.render_error(
                 500,
-                internal_error(method, path, exc),
+                internal_error(call.method, call.path, exc),
                 kind=ErrorKind.SERVER_ERROR,
                 code="internal_error",
             )

@@ -18,13 +18,14 @@ import logging
 import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import unquote
 
 import anyio
 import anyio.abc
 import anyio.from_thread
 
+from chaosllm.core.memo import Memo
 from chaosllm.core.report import PlanReport
 from chaosllm.errors import ServerError
 from chaosllm.model import ResponsePlan
@@ -68,15 +69,26 @@ ErrorBody = Callable[[str, int, str, str], "Mapping[str, Any] | None"]
 default envelope (OpenAI's shape). `chaosllm.providers.error_body_for_path` is one."""
 
 
-Direct = Callable[
-    [str, str, bytes, Sequence[tuple[bytes, bytes]], bytes],
-    "tuple[ResponsePlan, PlanReport] | None",
-]
-"""The fast path: ``direct(method, path, query, headers, body)`` -> a plan for the request
-(and the report the server fills while executing it), or None to run the ASGI app. `path`
-is percent-decoded and `headers` are as received with names in lower case, as in the ASGI
-scope. Called on the event loop: it must not block. `chaosllm.http.direct.DirectHandler`
-is one."""
+class Direct(Protocol):
+    """The fast path: ``direct(method, path, query, headers, body, kept)`` -> a plan for
+    the request (and the report the server fills while executing it), or None to run the
+    ASGI app. `path` is percent-decoded and `headers` are as received with names in lower
+    case, as in the ASGI scope. `kept`, when given, is the request's object: what the
+    fast path makes of the request may be kept on its ``derived`` attribute, and is
+    found there when the same object comes again (`chaosllm.wire.reader` reads repeated
+    bytes as the same object). Called on the event loop: it must not block.
+    `chaosllm.http.direct.DirectHandler` is one."""
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+        kept: Any = None,
+        /,
+    ) -> tuple[ResponsePlan, PlanReport] | None: ...
 
 
 def error_body(
@@ -307,12 +319,16 @@ class ServerCore(abc.ABC):
         body_timeout_s: float = 10.0,
         body_min_rate: float = 32 * 1024,
         direct: Direct | None = None,
+        memo: Memo | None = None,
     ) -> None:
         self.app = app
         self.error_body = error_body
         """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
         self.direct = direct
         """The fast path (see `Direct`): a plan for a request without the ASGI app."""
+        self.memo = memo
+        """Where what a read parsed to is kept for the same bytes (the engine's memo, as a
+        pure entry); None: every read is parsed."""
         self.host = host
         self.port = port
         self.max_body_bytes = max_body_bytes

@@ -329,7 +329,7 @@ class Connection(asyncio.Protocol):
         if direct is not None:
             try:
                 result = direct(
-                    req.method.decode("ascii"), req.path, req.query, req.headers, req.body
+                    req.method.decode("ascii"), req.path, req.query, req.headers, req.body, req
                 )
             except Exception:
                 logger.exception("Exception in the fast path")
@@ -407,7 +407,7 @@ class Connection(asyncio.Protocol):
             "raw_path": req.raw_path,
             "query_string": req.query,
             "root_path": "",
-            "headers": req.headers,
+            "headers": list(req.headers),  # the app's to change: a memoised request is shared
             "client": self.client,
             "server": self.local,
             "state": server.lifespan_state.copy(),

@@ -6,6 +6,12 @@ A request's head is at most `MAX_HEAD` bytes (431); an HTTP version other than 1
 and the connection closed; any other malformed HTTP 400; a body over `max_body_bytes`,
 declared or counted as it arrives, 413 and a lingering close. A refusal is queued after
 the requests before it, and nothing more is read (`Connection.discarding`).
+
+What a read parses to is kept in the server's memo (`chaosllm.core.memo`, a pure entry)
+when it was exactly one whole, plain keep-alive request read from the parser's start:
+the same bytes read there again are that request again, queued without parsing (llhttp
+is back in its start state after every complete message; the request is shared, and
+nothing changes a queued request but ``want_continue``, which a plain one never has).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ __all__ = ["BODY", "HEAD", "IDLE", "RequestReader"]
 logger = logging.getLogger("chaosllm.wire")
 
 _STOP: Final = "chaosllm refused the request"
+REQUEST_COST: Final = 1024
+"""What a memoised request holds besides its bytes (the object, its header tuples)."""
 
 # Reader states: waiting for a message (nothing of it received), in its head, in its body.
 IDLE: Final = 0
@@ -40,6 +48,7 @@ class RequestReader:
     __slots__ = (
         "body_since",
         "body_size",
+        "completed",
         "conn",
         "head_bytes",
         "head_since",
@@ -48,6 +57,7 @@ class RequestReader:
         "last_data",
         "parser",
         "parts",
+        "plain",
         "pstate",
         "req",
         "url",
@@ -69,9 +79,37 @@ class RequestReader:
         self.head_since = now
         self.body_since = now
         self.last_data = now
+        self.completed = 0
+        """Requests read whole so far."""
+        self.plain: Request | None = None
+        """The request last read whole, when it is plain (keep-alive, no Expect, no
+        upgrade), else None: what the memo may keep."""
 
     def feed(self, data: bytes) -> None:
         """Parse `data`: complete requests and refusals go to the connection's queue."""
+        conn = self.conn
+        memo = conn.server.memo
+        if memo is None or self.pstate != IDLE:
+            self._parse(data)
+            return
+        key = ("request", conn.server.max_body_bytes, data)
+        req: Request | None = memo.get(key)
+        if req is not None:  # these bytes from the start state: this request again
+            self.head_since = self.body_since = self.last_data = conn.loop.time()
+            self._complete(req)
+            return
+        completed = self.completed
+        self._parse(data)
+        req = self.plain
+        if (
+            req is not None
+            and self.completed == completed + 1
+            and self.pstate == IDLE
+            and not conn.discarding
+        ):
+            memo.put(key, req, len(data) + REQUEST_COST)
+
+    def _parse(self, data: bytes) -> None:
         conn = self.conn
         if self.pstate == BODY:
             self.last_data = conn.loop.time()
@@ -179,7 +217,9 @@ class RequestReader:
                     400, "Upgrade requests with a body are not supported", "bad_request", path=path
                 )
             req.keep_alive = False  # served as a plain request; the connection then closes
+            expect = True  # not plain: not for the memo
         self.req = req
+        self.plain = req if req.keep_alive and not expect else None
         self.parts = []
         self.body_size = 0
         self.body_since = self.last_data = self.conn.loop.time()
@@ -214,8 +254,15 @@ class RequestReader:
         self.body_size = 0
         self.url = b""
         self.pstate = IDLE
-        self.conn.queue.append(req)
-        self.conn.queued += req.size
+        self._complete(req)
+
+    def _complete(self, req: Request) -> None:
+        """`req` read whole: queued (and counted) on the connection."""
+        self.completed += 1
+        self.head_bytes = 0
+        conn = self.conn
+        conn.queue.append(req)
+        conn.queued += req.size
 
     # -- refusals -----------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ class Request:
 
     __slots__ = (
         "body",
+        "derived",
         "headers",
         "http_version",
         "is_head",
@@ -51,6 +52,9 @@ class Request:
         self.body = b""
         self.size = 0
         self.want_continue = False
+        self.derived: object = None
+        """What the fast path made of this request (`chaosllm.wire.common.Direct`), kept
+        with it: a request read again from the memo is this object, worked out once."""
 
 
 class Refusal:

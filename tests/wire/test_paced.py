@@ -83,7 +83,13 @@ def serving(**options: Any) -> Iterator[tuple[str, int, Plans]]:
             plans.notify()
 
     def direct(
-        method: str, path: str, query: bytes, headers: Sequence[tuple[bytes, bytes]], body: bytes
+        method: str,
+        path: str,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+        kept: Any = None,
+        /,
     ) -> tuple[ResponsePlan, PlanReport] | None:
         if path != "/direct":
             return None
