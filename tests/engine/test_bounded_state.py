@@ -36,7 +36,7 @@ from chaosllm.store.recordings import RecordingStore
 from tests.helpers import request_body, serving
 from tests.memory import EnginePair
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)  # a hang guard: 50k sessions take ~30 s under load
 
 CHAT = "/v1/chat/completions"
 N = 50_000

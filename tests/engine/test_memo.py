@@ -194,7 +194,9 @@ MemoisedMatchesPlain.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_memoised_engine_answers_as_the_plain_one = MemoisedMatchesPlain.TestCase
+test_memoised_engine_answers_as_the_plain_one = pytest.mark.timeout(180)(  # a hang guard
+    MemoisedMatchesPlain.TestCase
+)
 
 
 # -- memory ---------------------------------------------------------------------------
