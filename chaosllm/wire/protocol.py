@@ -66,6 +66,7 @@ from chaosllm.wire.player import Player, play_at_once
 from chaosllm.wire.program import Program, program_for
 from chaosllm.wire.reader import BODY, HEAD, IDLE, RequestReader
 from chaosllm.wire.request import CONTINUE, Refusal, Request
+from chaosllm.wire.ws_protocol import serve_websocket
 
 if TYPE_CHECKING:
     from chaosllm.wire.server import WireServer
@@ -98,6 +99,8 @@ class Connection(asyncio.Protocol):
         self.player: Player | None = None
         self.served = 0
         self.finish_one = False
+        self.upgraded = False
+        """Handed over to a WebSocket (`chaosllm.wire.ws_protocol`), in `task`."""
         self.over_cap = False
         self.must_close = False
         self.discarding = False
@@ -293,6 +296,9 @@ class Connection(asyncio.Protocol):
     def shutdown(self) -> None:
         """The server is stopping: close if waiting for a request; finish a request whose
         body is arriving; an in-flight one closes the connection when done."""
+        if self.upgraded and self.task is not None:
+            self.task.cancel()  # the session closes with 1001, going away
+            return
         if self.closed or self.busy:
             return
         if self.reader.pstate == BODY and not self.discarding:
@@ -325,6 +331,10 @@ class Connection(asyncio.Protocol):
                     )
                 )
                 return
+        if req.upgrade is not None:
+            self.busy = self.upgraded = True
+            self.task = self.loop.create_task(self._run_websocket(req))
+            return
         direct = server.direct
         if direct is not None:
             try:
@@ -443,6 +453,14 @@ class Connection(asyncio.Protocol):
                 keep = cycle.keep
         finally:
             self.cycle_done(keep)
+
+    async def _run_websocket(self, req: Request) -> None:
+        try:
+            await serve_websocket(self, req, req.upgrade or b"")
+        except Exception:
+            logger.exception("Exception in the WebSocket session")
+        finally:
+            self.cycle_done(False)
 
     def cycle_done(self, keep: bool) -> None:
         self.busy = False

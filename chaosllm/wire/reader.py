@@ -24,6 +24,7 @@ import httptools
 from chaosllm.wire.common import BOTH_FRAMINGS, MAX_HEAD, path_of, version_refusal
 from chaosllm.wire.head import tokens
 from chaosllm.wire.request import CONTINUE, Refusal, Request
+from chaosllm.wire.websocket import is_upgrade
 
 if TYPE_CHECKING:
     from chaosllm.wire.protocol import Connection
@@ -117,10 +118,14 @@ class RequestReader:
             self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            # The request asked to switch protocols: it is answered as a plain request and
-            # the connection closed after it (on_headers_complete saw to both).
+        except httptools.HttpParserUpgrade as exc:
+            # The request asked to switch protocols: a WebSocket takes the bytes after its
+            # head (`chaosllm.wire.ws_protocol`); another is answered as a plain request
+            # and the connection closed after it (on_headers_complete saw to both).
             conn.discarding = True
+            last = conn.queue[-1] if conn.queue else None
+            if type(last) is Request and last.upgrade is not None:
+                last.upgrade = data[exc.args[0] :]
         except httptools.HttpParserError as exc:
             self.parse_error(exc)
         if not conn.discarding and self.pstate != BODY and self.head_bytes > MAX_HEAD:
@@ -218,6 +223,8 @@ class RequestReader:
                 )
             req.keep_alive = False  # served as a plain request; the connection then closes
             expect = True  # not plain: not for the memo
+            if is_upgrade(method, self.headers):
+                req.upgrade = b""
         self.req = req
         self.plain = req if req.keep_alive and not expect else None
         self.parts = []

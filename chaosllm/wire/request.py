@@ -32,6 +32,7 @@ class Request:
         "query",
         "raw_path",
         "size",
+        "upgrade",
         "want_continue",
     )
 
@@ -55,6 +56,8 @@ class Request:
         self.derived: object = None
         """What the fast path made of this request (`chaosllm.wire.common.Direct`), kept
         with it: a request read again from the memo is this object, worked out once."""
+        self.upgrade: bytes | None = None
+        """A WebSocket upgrade: the bytes that came after its head (None: not one)."""
 
 
 class Refusal:
