@@ -210,6 +210,7 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
         access_log=False,
         lifespan="auto",
         h11_max_incomplete_event_size=MAX_HEAD,
+        ws="wsproto",  # the WebSocket library chaosllm depends on (chaosllm.wire.websocket)
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
     )
     error_log = logging.getLogger("uvicorn.error")

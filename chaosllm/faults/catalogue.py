@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chaosllm.faults import live as lv
+from chaosllm.faults import session as ws
 from chaosllm.faults import transform as t
 from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers.base import Provider
@@ -138,6 +139,9 @@ class FaultType:
     it replaces: no status, header, frame or byte of it (an error status, a reset or
     garbage before any head, an empty reply). The proxy modes then answer it without
     asking the upstream, and nothing is recorded."""
+    session: ws.SessionTransform | None = None
+    """Its transformation of a WebSocket session's turn (`chaosllm.faults.session`); None:
+    it never fires on a session."""
     retryable: bool | None = None
     """Whether a client should send the request it broke again (the verdicts of
     `chaosllm.core.verdict`): True for a transient failure that a retry cures (not
@@ -163,6 +167,94 @@ _MESSAGE = Param(str, None, "the error message (default: a realistic one)")
 
 def _retry(default: float | None, draw: Draw | None) -> Param:
     return Param(float, default, "seconds for the Retry-After header", 0, 86_400, draw=draw)
+
+
+def _session(
+    name: str,
+    summary: str,
+    transform: ws.SessionTransform,
+    simplicity: int,
+    after: int,
+    **params: Param,
+) -> FaultType:
+    """A fault of WebSocket sessions only (`chaosllm.faults.session`)."""
+    return FaultType(
+        name=name,
+        summary=summary,
+        transform=ws.unchanged,
+        session=transform,
+        on_request=ws.not_http,
+        params={"after_events": _events(after), **params},
+        simplicity=simplicity,
+    )
+
+
+def _events(default: int) -> Param:
+    doc = "server events of the session's turn sent before the fault (0: before the first)"
+    return Param(int, default, doc, 0, draw=Draw.AFTER_CHUNKS)
+
+
+_SESSION_FAULTS = (
+    _session(
+        "ws_close",
+        "the WebSocket closed with a close frame (code, reason)",
+        ws.ws_close,
+        40,
+        2,
+        code=Param(int, 1011, "the close code (1000, 1001, 1011, 4000-4999)", 1000, 4999),
+        reason=Param(str, "internal error", "the close reason"),
+    ),
+    _session("ws_drop", "the TCP connection ends with no close frame", ws.ws_drop, 41, 2),
+    _session(
+        "session_error",
+        "an error event mid-response (OpenAI Realtime)",
+        ws.session_error,
+        42,
+        2,
+        error_type=Param(
+            str, "server_error", "server_error, rate_limit_exceeded or invalid_request_error"
+        ),
+        message=_MESSAGE,
+    ),
+    _session(
+        "session_expired",
+        "the session expired: the protocol's event, then a close",
+        ws.session_expired,
+        43,
+        0,
+    ),
+    _session(
+        "go_away",
+        "Gemini Live's goAway, then a close time_left_ms later",
+        ws.go_away,
+        44,
+        0,
+        time_left_ms=Param(int, 1000, "milliseconds until the close", 0, 3_600_000),
+    ),
+    _session(
+        "session_stall",
+        "no more events and pings unanswered, then the connection dropped after max_ms",
+        ws.session_stall,
+        45,
+        2,
+        max_ms=Param(float, 30_000.0, "milliseconds of silence", 0, 3_600_000, draw=Draw.STALL_MS),
+    ),
+    _session(
+        "rate_limits_exhausted",
+        "rate_limits.updated at zero, then a rate_limit_exceeded error (OpenAI Realtime)",
+        ws.rate_limits_exhausted,
+        46,
+        0,
+    ),
+    _session(
+        "malformed_event",
+        "a text frame that is not JSON among the turn's events",
+        ws.malformed_event,
+        47,
+        2,
+        text=Param(str, '{"type": "response.output_text.delta", "delta": ', "the frame's text"),
+    ),
+)
 
 
 CATALOGUE: tuple[FaultType, ...] = (
@@ -213,6 +305,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         summary="tool-call arguments cut into invalid JSON (fires only on answers with tool calls)",
         transform=t.malformed_tool_args,
         live=lv.malformed_tool_args,
+        session=ws.malformed_tool_args,
         applies=t.has_tool_arguments,
         simplicity=9,
     ),
@@ -485,6 +578,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         delivers_answer=True,
         simplicity=30,
     ),
+    *_SESSION_FAULTS,
 )
 """Every fault type, in the spec's order (the order listings and errors use)."""
 

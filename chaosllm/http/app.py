@@ -26,6 +26,7 @@ from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
 from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
+from chaosllm.http.live import live_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
@@ -216,6 +217,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
         *gemini_routes(),
         *ollama_routes(),
+        *live_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         *control_routes(),

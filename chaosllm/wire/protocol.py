@@ -66,7 +66,6 @@ from chaosllm.wire.player import Player, play_at_once
 from chaosllm.wire.program import Program, program_for
 from chaosllm.wire.reader import BODY, HEAD, IDLE, RequestReader
 from chaosllm.wire.request import CONTINUE, Refusal, Request
-from chaosllm.wire.ws_protocol import serve_websocket
 
 if TYPE_CHECKING:
     from chaosllm.wire.server import WireServer
@@ -455,6 +454,8 @@ class Connection(asyncio.Protocol):
             self.cycle_done(keep)
 
     async def _run_websocket(self, req: Request) -> None:
+        from chaosllm.wire.ws_protocol import serve_websocket  # wsproto, on the first session
+
         try:
             await serve_websocket(self, req, req.upgrade or b"")
         except Exception:

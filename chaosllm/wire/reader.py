@@ -24,7 +24,7 @@ import httptools
 from chaosllm.wire.common import BOTH_FRAMINGS, MAX_HEAD, path_of, version_refusal
 from chaosllm.wire.head import tokens
 from chaosllm.wire.request import CONTINUE, Refusal, Request
-from chaosllm.wire.websocket import is_upgrade
+from chaosllm.wire.upgrade import is_upgrade
 
 if TYPE_CHECKING:
     from chaosllm.wire.protocol import Connection

@@ -16,15 +16,8 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from chaosllm.wire.common import ASGI_VERSION, MAX_HEAD, error_body, error_response
-from chaosllm.wire.websocket import (
-    DROP,
-    MAX_QUEUED,
-    STALL,
-    WS_EXTENSION,
-    WebSocketCore,
-    check_upgrade,
-    subprotocols,
-)
+from chaosllm.wire.upgrade import DROP, STALL, WS_EXTENSION, check_upgrade, subprotocols
+from chaosllm.wire.websocket import MAX_QUEUED, WebSocketCore
 
 if TYPE_CHECKING:
     from chaosllm.wire.asgi import Message, Scope

@@ -12,7 +12,8 @@ from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, Message, Ping, Pong, TextMessage
 from wsproto.extensions import PerMessageDeflate
 
-from chaosllm.wire.websocket import WebSocketCore, check_upgrade, is_upgrade
+from chaosllm.wire.upgrade import check_upgrade, is_upgrade
+from chaosllm.wire.websocket import WebSocketCore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -117,7 +118,9 @@ def test_a_server_close_carries_code_and_a_bounded_reason() -> None:
 
 
 def test_permessage_deflate_is_negotiated_and_inflated() -> None:
-    core, client, head = opened(sec_websocket_extensions=b"permessage-deflate; client_max_window_bits")
+    core, client, head = opened(
+        sec_websocket_extensions=b"permessage-deflate; client_max_window_bits"
+    )
     assert b"Sec-WebSocket-Extensions: permessage-deflate" in head
     data = client.send(Message(data="a" * 900))
     assert len(data) < 100  # compressed on the wire

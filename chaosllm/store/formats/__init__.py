@@ -40,7 +40,7 @@ from types import MappingProxyType
 
 from chaosllm.errors import RecordingError, UnknownFormat
 from chaosllm.model import JSON, Exchange
-from chaosllm.store.formats import hashkeyed, native, trace, vcr
+from chaosllm.store.formats import hashkeyed, native, session, trace, vcr
 from chaosllm.store.formats.base import YAML_SUFFIXES, FixtureFormat, Location
 
 __all__ = [
@@ -70,6 +70,7 @@ def _registry(*entries: FixtureFormat) -> Mapping[str, FixtureFormat]:
 
 
 FORMATS: Mapping[str, FixtureFormat] = _registry(
+    session.FORMAT,
     native.FORMAT,
     vcr.FORMAT,
     trace.FORMAT,

@@ -1,0 +1,217 @@
+"""One WebSocket session's replay, sans-IO: client event text in, steps out.
+
+Theory of operation
+-------------------
+`LiveSession.open` gives the steps on connect (the protocol's opening events);
+`LiveSession.receive` takes one client frame and gives the steps that answer it:
+
+- a frame that is not a client event (not JSON, not an object with a ``type``, a type
+  the protocol does not know) is an ``error`` event in the protocol's shape (Realtime),
+  or a close with 1008 (a protocol with no error event); a binary frame where the
+  protocol wants text is a close with 1008;
+- an event that does not end a turn adds to the turn's content and gets the protocol's
+  acknowledgement at once;
+- an event that ends a turn is matched (`chaosllm.store.sessions.SessionStore.match`:
+  exact digest, sequence, nearest) and answered with the recorded server events of the
+  turn, each at its recorded time after the turn ended scaled by the timing (0: all at
+  once); the first armed session fault that applies (`chaosllm.faults.session`) then
+  transforms those steps; a miss is the protocol's error naming the nearest turns.
+
+Nothing here does I/O or reads a clock: the executor (`chaosllm.http.live`) sends each
+step at its time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from chaosllm.faults.board import FaultBoard, RequestInfo
+from chaosllm.faults.session import CLOSE, EVENT, Step
+from chaosllm.faults.spec import FaultSpec
+from chaosllm.providers.live import SessionProtocol, TurnState
+from chaosllm.store.sessions import SessionRecording, SessionStore, turn_key
+
+__all__ = ["LiveHub", "LiveSession"]
+
+log = logging.getLogger("chaosllm")
+
+
+class LiveHub:
+    """What every session of a server shares: the session recordings (loaded on the
+    first session), the fault board, the timing and the threshold of nearest matching."""
+
+    def __init__(
+        self,
+        dirs: Iterable[Path],
+        board: FaultBoard,
+        *,
+        timing: float = 0.0,
+        nearest_threshold: float = 0.9,
+    ) -> None:
+        self.dirs = list(dirs)
+        self.board = board
+        self.timing = timing
+        self.nearest_threshold = nearest_threshold
+        self._store: SessionStore | None = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.turns: dict[str | None, int] = {}
+
+    @property
+    def store(self) -> SessionStore:
+        with self._lock:
+            if self._store is None:
+                self._store = SessionStore(self.dirs)
+                for error in self._store.errors:
+                    log.warning("skipped session recording %s", error)
+            return self._store
+
+    def reload(self) -> None:
+        with self._lock:
+            self._store = None
+
+    def session(
+        self, protocol: SessionProtocol, path: str, query: dict[str, str], session: str | None
+    ) -> LiveSession:
+        return LiveSession(self, protocol, path, query, session, f"s{next(self._ids)}")
+
+
+class LiveSession:
+    """One connection's session state (module docstring)."""
+
+    def __init__(
+        self,
+        hub: LiveHub,
+        protocol: SessionProtocol,
+        path: str,
+        query: dict[str, str],
+        session: str | None,
+        session_id: str,
+    ) -> None:
+        self.hub = hub
+        self.protocol = protocol
+        self.path = path
+        self.model = protocol.model_of(query)
+        self.session = session
+        self.session_id = session_id
+        self.turn = TurnState()
+        self.following: SessionRecording | None = None
+        self.position = 0
+        self.events_in = 0
+        self.turns = 0
+        self.fired: list[FaultSpec] = []
+
+    def open(self) -> tuple[Step, ...]:
+        return tuple(
+            Step(EVENT, 0.0, e) for e in self.protocol.opening(self.model, self.session_id)
+        )
+
+    def receive_bytes(self, data: bytes) -> tuple[Step, ...]:
+        return (
+            Step(CLOSE, code=1008, reason="binary frames are not client events: send JSON text"),
+        )
+
+    def receive(self, text: str) -> tuple[Step, ...]:
+        protocol = self.protocol
+        self.events_in += 1
+        try:
+            event: Any = json.loads(text)
+        except ValueError as exc:
+            return self._bad(f"The client event is not valid JSON: {exc}")
+        problem = protocol.check(event)
+        if problem is not None:
+            return self._bad(problem)
+        protocol.take(event, self.turn)
+        if self.turn.audio_bytes > protocol.max_audio_bytes:
+            self.turn = TurnState()
+            return self._bad("the input audio buffer is over its limit; commit or clear it")
+        if not protocol.ends_turn(event):
+            acks = protocol.acks(event, self.session_id, self.events_in)
+            return tuple(Step(EVENT, 0.0, e) for e in acks)
+        return self._answer()
+
+    def _bad(self, message: str) -> tuple[Step, ...]:
+        if self.protocol.miss_closes:
+            return (Step(CLOSE, code=1008, reason=message),)
+        return (
+            Step(
+                EVENT,
+                0.0,
+                self.protocol.error_event("invalid_request_error", message, "invalid_event"),
+            ),
+        )
+
+    def _answer(self) -> tuple[Step, ...]:
+        protocol, hub = self.protocol, self.hub
+        digest, text = turn_key(protocol, self.turn)
+        self.turn = TurnState()
+        self.turns += 1
+        store = hub.store
+        found = store.match(
+            protocol,
+            digest,
+            text,
+            self.following,
+            self.position,
+            threshold=hub.nearest_threshold,
+        )
+        if found is None:
+            return self._miss(store, digest, text)
+        self.following = found.recording
+        self.position = found.turn.index + 1
+        scale = hub.timing
+        steps = tuple(
+            Step(EVENT, max(0.0, (e.t_ms - found.turn.ended_ms) / 1000.0 * scale), e.event)
+            for e in found.turn.answer
+        )
+        return self._fault(steps)
+
+    def _fault(self, steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        protocol = self.protocol
+        request = RequestInfo(
+            path=self.path,
+            model=self.model,
+            session=self.session,
+            stream=True,
+            turn=self.turns,
+        )
+        outcome: dict[str, tuple[Step, ...]] = {}
+
+        def applies(spec: FaultSpec) -> bool:
+            transform = spec.entry.session
+            if transform is None:
+                return False
+            after = transform(steps, spec, protocol)
+            if after is None:
+                return False
+            outcome["steps"] = after
+            return True
+
+        fired = self.hub.board.take(request, applies)
+        if fired is None:
+            return steps
+        self.fired.append(fired.spec)
+        return outcome["steps"]
+
+    def _miss(self, store: SessionStore, digest: str, text: str) -> tuple[Step, ...]:
+        near = store.nearest(self.protocol, text)
+        names = ", ".join(f"{r.name} turn {t.index + 1} ({score:.2f})" for score, r, t in near)
+        message = (
+            f"chaosllm: no recorded session turn matches this one (digest {digest[:12]}); "
+            f"nearest: {names or 'none'}. Record it with --mode record-missing."
+        )
+        if self.protocol.miss_closes:
+            return (Step(CLOSE, code=1008, reason=message[:123]),)
+        return (
+            Step(
+                EVENT,
+                0.0,
+                self.protocol.error_event("invalid_request_error", message, "no_recording"),
+            ),
+        )

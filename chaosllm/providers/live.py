@@ -1,0 +1,106 @@
+"""What a live (WebSocket) protocol is to chaosllm: `SessionProtocol`, its parts as data
+and small pure functions, as `chaosllm.providers.base.Provider` is for HTTP.
+
+A session is a list of JSON events both ways. A protocol says which client events end a
+turn (the replay answers those with the recorded server events of the turn), what each
+client event adds to the turn's content (what matching keys on: its canonical form, ids
+and audio bytes replaced by digests), what the server answers at once to an event that
+does not end a turn (an acknowledgement), and how it words the events and closes the
+session faults and a miss need. Pure: no I/O, no state but the caller's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosllm.model import JSON
+
+__all__ = ["SessionProtocol", "TurnState", "audio_digest", "canonical_digest"]
+
+
+def audio_digest(data: str) -> str:
+    """A base64 audio payload as matching and ``--no-audio`` recordings keep it."""
+    return "sha256:" + hashlib.sha256(data.encode("ascii", "replace")).hexdigest()[:32]
+
+
+def canonical_digest(content: JSON) -> str:
+    return hashlib.sha256(
+        json.dumps(content, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    ).hexdigest()
+
+
+@dataclass
+class TurnState:
+    """What a session has told the server since its last turn ended (the protocol fills
+    it as events arrive)."""
+
+    items: list[JSON] = field(default_factory=list)
+    """The turn's content, canonical, in order."""
+    audio: list[str] = field(default_factory=list)
+    """Audio appended to the input buffer, not yet committed."""
+    audio_bytes: int = 0
+
+
+class SessionProtocol:
+    """A WebSocket protocol's parts; subclasses fill them in."""
+
+    name: str = ""
+    paths: tuple[str, ...] = ()
+    miss_closes: bool = False
+    """Whether a miss closes the session (1008, the reason naming the nearest), for a
+    protocol with no error event (Gemini Live); else an `error_event` says it."""
+    max_audio_bytes: int = 16 * 1024 * 1024
+    """Input audio buffered before a commit, at most."""
+
+    def model_of(self, query: dict[str, str]) -> str | None:
+        return query.get("model")
+
+    def opening(self, model: str | None, session_id: str) -> list[dict[str, Any]]:
+        """The server events on connect (before any client event)."""
+        return []
+
+    def ends_turn(self, event: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def take(self, event: dict[str, Any], turn: TurnState) -> None:
+        """Add what `event` says to `turn` (its canonical content)."""
+
+    def acks(self, event: dict[str, Any], session_id: str, n: int) -> list[dict[str, Any]]:
+        """The server's immediate answer to a client event that does not end a turn."""
+        return []
+
+    def check(self, event: JSON) -> str | None:
+        """What is wrong with a client event (None: it is one)."""
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            return "a client event is a JSON object with a string 'type'"
+        return None
+
+    def error_event(self, error_type: str, message: str, code: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def expired_event(self) -> dict[str, Any] | None:
+        """The event that says the session has expired (None: the protocol has none)."""
+        return None
+
+    def going_away_event(self, time_left_ms: int) -> dict[str, Any] | None:
+        return None
+
+    def rate_limits_event(self, remaining: int) -> dict[str, Any] | None:
+        return None
+
+    def argument_delta(self, event: dict[str, Any]) -> str | None:
+        """The tool-call argument text an event carries (None: it carries none)."""
+        return None
+
+    def with_arguments(self, event: dict[str, Any], text: str) -> dict[str, Any]:
+        return event
+
+    def is_audio_delta(self, event: dict[str, Any]) -> bool:
+        return False
+
+    def text_of(self, items: list[JSON]) -> str:
+        """The turn's content as text, for nearest matching."""
+        return json.dumps(items, sort_keys=True)
