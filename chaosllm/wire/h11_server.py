@@ -90,6 +90,7 @@ from chaosllm.wire.common import (
 from chaosllm.wire.executor import execute
 from chaosllm.wire.head import PHRASES, http_date, tokens
 from chaosllm.wire.program import program_for
+from chaosllm.wire.upgrade import is_upgrade
 
 __all__ = ["H11WireServer"]
 
@@ -455,6 +456,12 @@ class _Connection:
     async def _run_app(self, request: h11.Request, body: bytes) -> None:
         server = self.server
         raw_path, query, path = path_of(request.target)
+        if is_upgrade(request.method, list(request.headers)):
+            from chaosllm.wire.ws_stream import serve_websocket_stream  # wsproto, when asked
+
+            self.must_close = True
+            await serve_websocket_stream(self, request, path, self.h11.trailing_data[0])
+            return
         direct = server.direct
         if direct is not None and await self._run_direct(direct, request, body, query, path):
             return

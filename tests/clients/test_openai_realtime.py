@@ -53,7 +53,7 @@ def turns(name: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     return out
 
 
-@pytest.fixture(scope="module", params=["builtin", "uvicorn"])
+@pytest.fixture(scope="module", params=["builtin", "h11", "uvicorn"])
 def server(request: pytest.FixtureRequest) -> Iterator[ChaosServer]:
     with ChaosServer(server=request.param) as srv:
         yield srv

@@ -1,5 +1,5 @@
-"""WebSocket on real sockets (the builtin server; uvicorn in tests/clients): the upgrade
-handed over by the HTTP connection, ping/pong, permessage-deflate as the ``websockets``
+"""WebSocket on real sockets (the builtin and h11 servers; uvicorn in tests/clients): the
+upgrade handed over by the HTTP connection, ping/pong, permessage-deflate as the ``websockets``
 client negotiates it, bad input closed with its code while the server keeps serving."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from chaosllm import ChaosServer
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ChaosServer]:
-    with ChaosServer() as srv:
+@pytest.fixture(scope="module", params=["builtin", "h11"])
+def server(request: pytest.FixtureRequest) -> Iterator[ChaosServer]:
+    with ChaosServer(server=request.param) as srv:
         yield srv
 
 
@@ -104,3 +104,17 @@ def test_a_bad_upgrade_is_refused_over_http(server: ChaosServer) -> None:
     assert raw_upgrade(server, "/v1/not-a-socket").startswith(b"HTTP/1.1 403 ")
     assert raw_upgrade(server, "/v1/realtime").startswith(b"HTTP/1.1 101 Switching Protocols")
     assert healthy(server)
+
+
+@pytest.mark.parametrize("kind", ["builtin", "h11"])
+def test_a_server_stopping_closes_its_sessions_with_1001(kind: str) -> None:
+    srv = ChaosServer(server=kind).start()
+    try:
+        with connect(ws_url(srv), compression=None, open_timeout=5) as ws:
+            ws.recv(timeout=5)
+            srv.stop()
+            with pytest.raises(ConnectionClosed) as caught:
+                ws.recv(timeout=10)
+            assert caught.value.rcvd is not None and caught.value.rcvd.code == 1001
+    finally:
+        srv.stop()
