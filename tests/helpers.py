@@ -47,6 +47,17 @@ FAILURE_CLASSES = (
 )
 """The fault types of the named failure classes (SPEC §5), in the spec's order."""
 
+SESSION_FAULTS = (
+    "ws_close",
+    "ws_drop",
+    "session_error",
+    "session_expired",
+    "go_away",
+    "session_stall",
+    "rate_limits_exhausted",
+    "malformed_event",
+)
+"""The session faults (SPEC section 5, WebSocket sessions), in the catalogue's order."""
 QUIRKS = (
     "keepalive_comments",
     "crlf_frames",

@@ -202,7 +202,7 @@ _SESSION_FAULTS = (
         40,
         2,
         code=Param(int, 1011, "the close code (1000, 1001, 1011, 4000-4999)", 1000, 4999),
-        reason=Param(str, "internal error", "the close reason"),
+        reason=Param(str, None, "the close reason (default: internal error)"),
     ),
     _session("ws_drop", "the TCP connection ends with no close frame", ws.ws_drop, 41, 2),
     _session(
@@ -212,7 +212,7 @@ _SESSION_FAULTS = (
         42,
         2,
         error_type=Param(
-            str, "server_error", "server_error, rate_limit_exceeded or invalid_request_error"
+            str, None, "server_error (default), rate_limit_exceeded or invalid_request_error"
         ),
         message=_MESSAGE,
     ),
@@ -252,7 +252,7 @@ _SESSION_FAULTS = (
         ws.malformed_event,
         47,
         2,
-        text=Param(str, '{"type": "response.output_text.delta", "delta": ', "the frame's text"),
+        text=Param(str, None, "the frame's text (default: a JSON event cut short)"),
     ),
 )
 

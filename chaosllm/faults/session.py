@@ -91,7 +91,16 @@ def _event(at: float, event: dict[str, Any] | None) -> tuple[Step, ...]:
 
 def ws_close(steps: tuple[Step, ...], spec: FaultSpec, p: SessionProtocol) -> tuple[Step, ...]:
     kept, at = _split(steps, spec)
-    return (*kept, Step(CLOSE, at, code=int(spec.param("code")), reason=str(spec.param("reason"))))
+    reason = spec.param("reason")
+    return (
+        *kept,
+        Step(
+            CLOSE,
+            at,
+            code=int(spec.param("code")),
+            reason="internal error" if reason is None else str(reason),
+        ),
+    )
 
 
 def ws_drop(steps: tuple[Step, ...], spec: FaultSpec, p: SessionProtocol) -> tuple[Step, ...]:
@@ -105,8 +114,8 @@ def session_error(
     if p.miss_closes:
         return None  # no error event in the protocol
     kept, at = _split(steps, spec)
-    error_type = str(spec.param("error_type"))
-    message = spec.param("message") or _MESSAGES[error_type]
+    error_type = str(spec.param("error_type") or "server_error")
+    message = spec.param("message") or _MESSAGES.get(error_type, _MESSAGES["server_error"])
     code = None if error_type == "server_error" else error_type
     return (*kept, Step(EVENT, at, p.error_event(error_type, message, code)))
 
@@ -161,7 +170,10 @@ def malformed_event(
     steps: tuple[Step, ...], spec: FaultSpec, p: SessionProtocol
 ) -> tuple[Step, ...]:
     kept, at = _split(steps, spec)
-    text = str(spec.param("text"))
+    text = spec.param("text")
+    if text is None:
+        text = '{"type": "response.output_text.delta", "delta": '
+    text = str(text)
     return (*kept, Step(TEXT, at, text=text), *steps[len(kept) :])
 
 

@@ -51,6 +51,7 @@ from typing import Any
 
 from chaosllm.core.verdict import findings
 from chaosllm.errors import BadBaseline, ChaosLLMError
+from chaosllm.faults.session import not_http
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
 from chaosllm.server import ChaosServer
 from chaosllm.store.profiles import load_profile
@@ -151,7 +152,9 @@ def default_faults(*, stall_ms: float, types: Sequence[str] | None = None) -> li
     stall: `FaultType.silence_param`) lasts `stall_ms`, longer than the run's time limit:
     a client without a timeout hangs."""
     faults: list[dict[str, Any]] = []
-    for name in FAULT_TYPES if types is None else types:
+    # Session faults fire on WebSocket sessions only: named, not by default.
+    names = [n for n in FAULT_TYPES if FAULT_TYPES[n].on_request is not not_http]
+    for name in names if types is None else types:
         spec: dict[str, Any] = {"type": name}
         silence = FAULT_TYPES[name].silence_param
         if silence is not None:
