@@ -34,13 +34,13 @@ from chaosllm.config import (
     proxy_dirs,
     secrets_from_env,
 )
-from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError, InvalidFaultSpec
+from chaosllm.errors import BadBaseline, ChaosLLMError, ConfigError, InvalidFaultSpec, ServerError
 from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
 from chaosllm.http.access import AccessLog, LineBuffer
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.state import ChaosState
-from chaosllm.server import ServerKind, run_server
+from chaosllm.server import ServerKind, run_server, tls_files
 from chaosllm.store.formats import IMPORTABLE
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
 from chaosllm.store.profiles import list_profiles, load_profile
@@ -228,6 +228,14 @@ def _parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)"
     )
     serve.add_argument("--port", type=_port, default=8000, help="port (0 picks a free one)")
+    serve.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve TLS on every protocol with a self-signed certificate made at "
+        "start (its path is printed: trust it, e.g. SSL_CERT_FILE=...)",
+    )
+    serve.add_argument("--certfile", type=Path, help="serve TLS with this certificate (PEM)")
+    serve.add_argument("--keyfile", type=Path, help="the --certfile's private key (PEM)")
     serve.add_argument(
         "--mode",
         type=_choice(Mode),
@@ -778,7 +786,13 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)
         return 2
+    try:
+        tls = tls_files(args.tls, args.certfile, args.keyfile)
+    except (ServerError, ConfigError) as exc:
+        print(f"chaosllm: {exc}", file=sys.stderr)
+        return 2
     config = ServerConfig(
+        **tls,
         recordings=dirs,
         mode=args.mode,
         on_miss=args.on_miss,
@@ -853,6 +867,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     def listening(url: str) -> None:
         print(f"chaosllm listening on {url}", flush=True)
+        if config.certfile is not None:
+            print(f"chaosllm: TLS certificate {config.certfile}", file=sys.stderr, flush=True)
 
     run_server(
         config,

@@ -298,6 +298,9 @@ class ServerConfig:
     """The real provider (modes record, record-missing, passthrough)."""
     record_dir: Path | None = None
     """Where new recordings go (modes record and record-missing)."""
+    certfile: Path | None = None
+    """TLS on every protocol (``--tls``, ``--certfile``), with `keyfile`."""
+    keyfile: Path | None = None
     record_scenario: str = DEFAULT_RECORD_SCENARIO
     """The scenario new recordings go to when the request's session has no active one."""
     secrets: Sequence[str] = ()

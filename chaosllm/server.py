@@ -120,9 +120,18 @@ def _start_failure(exc: BaseException, host: str, port: int) -> ServerError:
     return ServerError(f"{type(cause).__name__}: {cause}")
 
 
-def _url(host: str, port: int) -> str:
+def _url(host: str, port: int, tls: bool = False) -> str:
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+def _tls(config: ServerConfig) -> Any:
+    """The servers' TLS context, when the configuration asks for TLS."""
+    if config.certfile is None or config.keyfile is None:
+        return None
+    from chaosllm.wire.tls import server_context
+
+    return server_context(config.certfile, config.keyfile)
 
 
 async def _serve_builtin(
@@ -145,6 +154,7 @@ async def _serve_builtin(
             max_body_bytes=config.max_body_bytes,
             max_connections=config.max_connections,
             error_body=error_body_for_path,
+            ssl=_tls(config),
         )
     else:
         server = WireServer(
@@ -156,6 +166,7 @@ async def _serve_builtin(
             error_body=error_body_for_path,
             direct=DirectHandler(app.state.chaos),
             memo=app.state.chaos.memo,
+            ssl=_tls(config),
         )
     async with anyio.create_task_group() as tg:
         bound = await tg.start(server.serve)
@@ -171,6 +182,22 @@ UVICORN_DEGRADED = (
     "garbage mid-stream end the response by aborting it. Use --server builtin for exact "
     "faults."
 )
+
+
+def tls_files(tls: bool, certfile: str | Path | None, keyfile: str | Path | None) -> Any:
+    """The certificate and key to serve TLS with (made now, self-signed, for `tls`)."""
+    if certfile is not None or keyfile is not None:
+        if certfile is None or keyfile is None:
+            raise ServerError("give both certfile and keyfile (or tls=True alone)")
+        return {"certfile": Path(certfile), "keyfile": Path(keyfile)}
+    if not tls:
+        return {}
+    import tempfile
+
+    from chaosllm.wire.tls import self_signed
+
+    cert, key = self_signed(Path(tempfile.mkdtemp(prefix="chaosllm-tls-")))
+    return {"certfile": cert, "keyfile": key}
 
 
 class _HidePlanAborts(logging.Filter):
@@ -211,6 +238,8 @@ def _uvicorn_server(app: Starlette, config: ServerConfig) -> Any:
         lifespan="auto",
         h11_max_incomplete_event_size=MAX_HEAD,
         ws="wsproto",  # the WebSocket library chaosllm depends on (chaosllm.wire.websocket)
+        ssl_certfile=config.certfile,
+        ssl_keyfile=config.keyfile,
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
     )
     error_log = logging.getLogger("uvicorn.error")
@@ -247,7 +276,7 @@ def run_server(
         sock = _bind(host, port)
         server = _uvicorn_server(app, config)
         if on_listening is not None:
-            on_listening(_url(host, sock.getsockname()[1]))
+            on_listening(_url(host, sock.getsockname()[1], config.certfile is not None))
         try:
             server.run(sockets=[sock])
         finally:
@@ -259,7 +288,7 @@ def run_server(
 
         def ready(bound: tuple[str, int]) -> None:
             if on_listening is not None:
-                on_listening(_url(bound[0], bound[1]))
+                on_listening(_url(bound[0], bound[1], config.certfile is not None))
 
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -340,6 +369,9 @@ class ChaosServer:
         allow_hosts: Sequence[str] = (),
         rate_limit: str | Mapping[str, Any] | RateLimit | None = None,
         clock: Clock | None = None,
+        tls: bool = False,
+        certfile: str | Path | None = None,
+        keyfile: str | Path | None = None,
     ) -> None:
         """`mode` record, record-missing or passthrough makes it a proxy in front of
         `upstream`; new recordings go to `record_dir` (default: the first of
@@ -359,7 +391,9 @@ class ChaosServer:
         `memo_bytes` bounds the engine's memo of worked-out answers (``--memo-bytes``).
         `rate_limit` sets live rate limits (``"rpm=60,tpm=40000"`` or ``{"rpm": 60}``, as
         ``--rate-limit``; `set_rate_limit` changes them); `clock` is the engine's time (a
-        `chaosllm.core.clock.ManualClock` lets a test move it instead of sleeping)."""
+        `chaosllm.core.clock.ManualClock` lets a test move it instead of sleeping).
+        `tls` serves TLS on every protocol with a self-signed certificate made now
+        (`certfile` names it: trust it, or use `live`), or the given `certfile`/`keyfile`."""
         try:
             limit = parse_rate_limit(rate_limit) if rate_limit is not None else None
         except ConfigError as exc:
@@ -406,6 +440,7 @@ class ChaosServer:
             control_token=control_token,
             allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
             rate_limit=limit,
+            **tls_files(tls, certfile, keyfile),
         )
         try:
             parse_allow_hosts(self.config.allow_hosts)
@@ -538,12 +573,50 @@ class ChaosServer:
     def url(self) -> str:
         if self.port is None:
             raise ServerError("the server is not started")
-        return _url(self.host, self.port)
+        return _url(self.host, self.port, self.config.certfile is not None)
 
     @property
     def base_url(self) -> str:
         """The OpenAI base URL (``.../v1``): ``openai.OpenAI(base_url=server.base_url)``."""
         return self.url + "/v1"
+
+    @property
+    def certfile(self) -> Path | None:
+        """The certificate served with TLS (None: plain HTTP)."""
+        return self.config.certfile
+
+    def realtime(self, **options: Any) -> Any:
+        """An ``openai.OpenAI`` client for this server (``client.realtime.connect()``),
+        trusting its certificate when it serves TLS."""
+        import openai
+
+        if self.certfile is not None:
+            import httpx
+
+            from chaosllm.wire.tls import client_context
+
+            options.setdefault("http_client", httpx.Client(verify=client_context(self.certfile)))
+        options.setdefault("api_key", "sk-chaosllm")
+        return openai.OpenAI(base_url=self.base_url, **options)
+
+    def live(self, **options: Any) -> Any:
+        """A ``google.genai.Client`` for this server (``client.aio.live.connect()``), which
+        trusts its certificate (google-genai dials ``wss://``: start with ``tls=True``)."""
+        from google import genai
+        from google.genai import types
+
+        if self.certfile is None:
+            raise ServerError("google-genai's live client dials wss://: start with tls=True")
+        from chaosllm.wire.tls import client_context
+
+        context = client_context(self.certfile)
+        http = types.HttpOptions(
+            base_url=self.url,
+            async_client_args={"ssl": context},
+            client_args={"verify": context},
+        )
+        options.setdefault("api_key", "chaosllm")
+        return genai.Client(http_options=http, **options)
 
     # -- control ----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ session faults and a miss need. Pure: no I/O, no state but the caller's.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -18,12 +19,24 @@ from typing import Any
 
 from chaosllm.model import JSON
 
-__all__ = ["SessionProtocol", "TurnState", "audio_digest", "canonical_digest"]
+__all__ = ["SessionProtocol", "TurnState", "audio_bytes", "audio_digest", "canonical_digest"]
 
 
-def audio_digest(data: str) -> str:
-    """A base64 audio payload as matching and ``--no-audio`` recordings keep it."""
-    return "sha256:" + hashlib.sha256(data.encode("ascii", "replace")).hexdigest()[:32]
+def audio_bytes(data: str) -> bytes:
+    """A base64 payload's bytes, in either alphabet (google-genai sends the URL-safe one;
+    proto JSON reads both); text that is not base64 as its UTF-8."""
+    text = data.strip().replace("-", "+").replace("_", "/")
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except ValueError:
+        return data.encode("utf-8", "replace")
+
+
+def audio_digest(data: str | bytes) -> str:
+    """An audio payload (base64 text, or its bytes) as matching and ``--no-audio``
+    recordings keep it."""
+    raw = audio_bytes(data) if isinstance(data, str) else data
+    return "sha256:" + hashlib.sha256(raw).hexdigest()[:32]
 
 
 def canonical_digest(content: JSON) -> str:
@@ -39,8 +52,8 @@ class TurnState:
 
     items: list[JSON] = field(default_factory=list)
     """The turn's content, canonical, in order."""
-    audio: list[str] = field(default_factory=list)
-    """Audio appended to the input buffer, not yet committed."""
+    audio: list[bytes] = field(default_factory=list)
+    """Audio appended to the input buffer, not yet committed (decoded)."""
     audio_bytes: int = 0
 
 
@@ -54,6 +67,29 @@ class SessionProtocol:
     protocol with no error event (Gemini Live); else an `error_event` says it."""
     max_audio_bytes: int = 16 * 1024 * 1024
     """Input audio buffered before a commit, at most."""
+    first_event: str | None = None
+    """The kind of client event that must come first (Gemini's ``setup``); None: any."""
+
+    def kind_of(self, event: dict[str, Any]) -> str:
+        """What kind of event it is (Realtime: its ``type``)."""
+        kind = event.get("type")
+        return kind if isinstance(kind, str) else ""
+
+    def setup(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The settings a `first_event` carries."""
+        return {}
+
+    def opened(self, setup: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
+        """The server's answer to the `first_event`."""
+        return []
+
+    def resumption_event(self, handle: str) -> dict[str, Any] | None:
+        """The event offering a handle to resume the session from (None: no resumption)."""
+        return None
+
+    def resumption_handle(self, setup: dict[str, Any]) -> str | bool | None:
+        """The handle a setup resumes from (False: it asks for no handles)."""
+        return False
 
     def model_of(self, query: dict[str, str]) -> str | None:
         return query.get("model")

@@ -25,7 +25,7 @@ import hashlib
 from typing import Any
 
 from chaosllm.model import JSON
-from chaosllm.providers.live import SessionProtocol, TurnState, audio_digest
+from chaosllm.providers.live import SessionProtocol, TurnState, audio_bytes, audio_digest
 
 __all__ = ["REALTIME", "RealtimeProtocol"]
 
@@ -93,10 +93,11 @@ class RealtimeProtocol(SessionProtocol):
         if kind == "conversation.item.create":
             turn.items.append(_item(event.get("item")))
         elif kind == "input_audio_buffer.append" and isinstance(event.get("audio"), str):
-            turn.audio.append(event["audio"])
-            turn.audio_bytes += len(event["audio"])
+            chunk = audio_bytes(event["audio"])
+            turn.audio.append(chunk)
+            turn.audio_bytes += len(chunk)
         elif kind == "input_audio_buffer.commit":
-            audio = "".join(turn.audio)
+            audio = b"".join(turn.audio)
             turn.audio.clear()
             turn.audio_bytes = 0
             turn.items.append(

@@ -320,8 +320,11 @@ class ServerCore(abc.ABC):
         body_min_rate: float = 32 * 1024,
         direct: Direct | None = None,
         memo: Memo | None = None,
+        ssl: Any = None,
     ) -> None:
         self.app = app
+        self.ssl = ssl
+        """The TLS context (`ssl.SSLContext`; `chaosllm.wire.tls`) sockets are wrapped in."""
         self.error_body = error_body
         """The error envelope by request path (see `ErrorBody`); None: OpenAI's always."""
         self.direct = direct

@@ -267,6 +267,21 @@ class H11WireServer(ServerCore):
 
     async def _run_connection(self, connection: _Connection, slots: anyio.Semaphore) -> None:
         try:
+            if self.ssl is not None:
+                from anyio.streams.tls import TLSStream
+
+                with anyio.move_on_after(self.header_timeout_s):
+                    try:
+                        connection.stream = await TLSStream.wrap(  # type: ignore[assignment]
+                            connection.stream,
+                            server_side=True,
+                            ssl_context=self.ssl,
+                            standard_compatible=False,
+                        )
+                    except Exception as exc:  # a failed handshake ends this connection only
+                        logger.debug("TLS handshake failed: %s", exc)
+                if not isinstance(connection.stream, TLSStream):
+                    return
             await connection.run()
         finally:
             self._connections.discard(connection)
@@ -595,9 +610,15 @@ class _Connection:
         self.closed = True
         self.head_scope = None
         with anyio.CancelScope(shield=True):
-            with contextlib.suppress(*_GONE_ERRORS):
+            # (a TLS stream may have no half-close: anyio raises NotImplementedError, or
+            # TypeError once its session has ended; the close follows either way)
+            with contextlib.suppress(*_GONE_ERRORS, NotImplementedError, TypeError):
                 await self.stream.send_eof()
-            await self.stream.aclose()
+            try:
+                await self.stream.aclose()
+            except Exception:  # a TLS stream whose peer has gone: close what is under it
+                with contextlib.suppress(Exception):
+                    await getattr(self.stream, "transport_stream", self.stream).aclose()
         if self.gone_event is not None:
             self.gone_event.set()
 

@@ -167,7 +167,9 @@ class WireServer(ServerCore):
         try:
             for sock in sockets:
                 servers.append(
-                    await loop.create_server(lambda: Connection(self), sock=sock, backlog=_BACKLOG)
+                    await loop.create_server(
+                        lambda: Connection(self), sock=sock, backlog=_BACKLOG, ssl=self.ssl
+                    )
                 )
             bound = address(sockets[0].getsockname())
             assert bound is not None

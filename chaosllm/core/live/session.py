@@ -23,10 +23,12 @@ step at its time.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ from chaosllm.store.sessions import SessionRecording, SessionStore, turn_key
 __all__ = ["LiveHub", "LiveSession"]
 
 log = logging.getLogger("chaosllm")
+
+MAX_HANDLES = 10_000
+"""Resumption handles remembered (the oldest forgotten first)."""
 
 
 class LiveHub:
@@ -61,7 +66,21 @@ class LiveHub:
         self._store: SessionStore | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self.turns: dict[str | None, int] = {}
+        self.handles: OrderedDict[str, tuple[SessionRecording, int]] = OrderedDict()
+        """Resumption handles offered: where each session was (the newest `MAX_HANDLES`)."""
+
+    def offer(self, session_id: str, recording: SessionRecording, position: int) -> str:
+        """A new resumption handle for a session at `position` of `recording`."""
+        handle = "chaosllm-" + hashlib.sha256(f"{session_id}:{position}".encode()).hexdigest()[:24]
+        with self._lock:
+            self.handles[handle] = (recording, position)
+            while len(self.handles) > MAX_HANDLES:
+                self.handles.popitem(last=False)
+        return handle
+
+    def resume(self, handle: str) -> tuple[SessionRecording, int] | None:
+        with self._lock:
+            return self.handles.get(handle)
 
     @property
     def store(self) -> SessionStore:
@@ -106,6 +125,11 @@ class LiveSession:
         self.events_in = 0
         self.turns = 0
         self.fired: list[FaultSpec] = []
+        self.started = protocol.first_event is None
+        self.resumable = False
+        """Whether the client's setup asked for resumption handles."""
+        self.resumed: str | None = None
+        """The handle this session resumed from."""
 
     def open(self) -> tuple[Step, ...]:
         return tuple(
@@ -127,6 +151,13 @@ class LiveSession:
         problem = protocol.check(event)
         if problem is not None:
             return self._bad(problem)
+        if protocol.first_event is not None:
+            first = protocol.kind_of(event) == protocol.first_event
+            if first == self.started:
+                why = "sent twice" if first else "must come first"
+                return self._bad(f"{protocol.first_event} {why}")
+            if first:
+                return self._start(event)
         protocol.take(event, self.turn)
         if self.turn.audio_bytes > protocol.max_audio_bytes:
             self.turn = TurnState()
@@ -135,6 +166,23 @@ class LiveSession:
             acks = protocol.acks(event, self.session_id, self.events_in)
             return tuple(Step(EVENT, 0.0, e) for e in acks)
         return self._answer()
+
+    def _start(self, event: dict[str, Any]) -> tuple[Step, ...]:
+        protocol = self.protocol
+        self.started = True
+        setup = protocol.setup(event)
+        model = setup.get("model")
+        if isinstance(model, str):
+            self.model = model.removeprefix("models/")
+        handle = protocol.resumption_handle(setup)
+        self.resumable = handle is not False
+        if isinstance(handle, str):
+            where = self.hub.resume(handle)
+            if where is None:
+                return self._bad("unknown session resumption handle")
+            self.following, self.position = where
+            self.resumed = handle
+        return tuple(Step(EVENT, 0.0, e) for e in protocol.opened(setup, self.session_id))
 
     def _bad(self, message: str) -> tuple[Step, ...]:
         if self.protocol.miss_closes:
@@ -170,6 +218,12 @@ class LiveSession:
             Step(EVENT, max(0.0, (e.t_ms - found.turn.ended_ms) / 1000.0 * scale), e.event)
             for e in found.turn.answer
         )
+        if self.resumable:
+            offer = protocol.resumption_event(
+                hub.offer(self.session_id, found.recording, self.position)
+            )
+            if offer is not None:
+                steps += (Step(EVENT, steps[-1].at_s if steps else 0.0, offer),)
         return self._fault(steps)
 
     def _fault(self, steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -206,8 +260,10 @@ class LiveSession:
             f"chaosllm: no recorded session turn matches this one (digest {digest[:12]}); "
             f"nearest: {names or 'none'}. Record it with --mode record-missing."
         )
-        if self.protocol.miss_closes:
-            return (Step(CLOSE, code=1008, reason=message[:123]),)
+        if self.protocol.miss_closes:  # a close reason is at most 123 bytes
+            short = ", ".join(f"{r.name}#{t.index + 1}" for _, r, t in near[:2])
+            reason = f"chaosllm: no recorded turn matches; nearest {short or 'none'}"
+            return (Step(CLOSE, code=1008, reason=reason[:123]),)
         return (
             Step(
                 EVENT,

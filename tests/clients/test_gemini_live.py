@@ -1,0 +1,235 @@
+"""google-genai's live client (``client.aio.live.connect()``, which always dials
+``wss://``) against chaosllm served with TLS (``tls=True``, ``ChaosServer.live()``):
+each shipped Gemini Live session replayed exactly, session resumption, a miss, the
+go_away fault, and what comes before ``setup``; TLS on every server."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from google.genai import errors, types
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from chaosllm import ChaosServer
+from chaosllm.wire.tls import client_context
+from tests.helpers import RECORDINGS
+
+pytestmark = pytest.mark.timeout(60)
+
+MODEL = "gemini-live-2.5-flash-preview"
+PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+
+
+@pytest.fixture(scope="module", params=["builtin", "h11", "uvicorn"])
+def server(request: pytest.FixtureRequest) -> Iterator[ChaosServer]:
+    with ChaosServer(tls=True, server=request.param) as srv:
+        yield srv
+
+
+@pytest.fixture
+def fresh(server: ChaosServer) -> Iterator[ChaosServer]:
+    server.reset()
+    yield server
+    server.reset()
+
+
+def answers(name: str) -> list[list[dict[str, Any]]]:
+    """Each turn's recorded server messages."""
+    events = json.loads((RECORDINGS / name / "0001.json").read_text("utf-8"))["session"]["events"]
+    out: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] | None = None
+    for item in events:
+        if item["from"] == "client":
+            body = next(iter(item["event"].values()))
+            ends = (
+                body.get("turnComplete")
+                or "functionResponses" in body
+                or body.get("audioStreamEnd")
+            )
+            current = [] if ends else None
+            if current is not None:
+                out.append(current)
+        elif current is not None:
+            current.append(item["event"])
+    return out
+
+
+def parsed(message: dict[str, Any]) -> types.LiveServerMessage:
+    return types.LiveServerMessage._from_response(response=message, kwargs={})
+
+
+async def received(session: Any, count: int) -> list[types.LiveServerMessage]:
+    got: list[types.LiveServerMessage] = []
+    while len(got) < count:
+        got.append(await session._receive())
+    return got
+
+
+def test_tls_serves_http_too(server: ChaosServer) -> None:
+    assert server.url.startswith("https://")
+    assert server.certfile is not None
+    verify = client_context(server.certfile)
+    assert httpx.get(server.url + "/health", verify=verify, timeout=5).status_code == 200
+
+
+def test_a_text_session_replays_exactly(fresh: ChaosServer) -> None:
+    async def main() -> None:
+        client = fresh.live()
+        config = {"response_modalities": ["TEXT"]}
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the capital of France?")]
+                )
+            )
+            [turn] = answers("gemini-live-text")
+            assert await received(session, len(turn)) == [parsed(m) for m in turn]
+
+    anyio.run(main)
+
+
+def test_an_audio_session_replays_exactly(fresh: ChaosServer) -> None:
+    events = json.loads((RECORDINGS / "gemini-live-audio/0001.json").read_text("utf-8"))
+    audio = [
+        e["event"]["realtime_input"]["audio"]["data"]
+        for e in events["session"]["events"]
+        if "realtime_input" in e["event"] and "audio" in e["event"]["realtime_input"]
+    ]
+
+    async def main() -> None:
+        client = fresh.live()
+        config = {
+            "response_modalities": ["AUDIO"],
+            "input_audio_transcription": {},
+            "output_audio_transcription": {},
+        }
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            for data in audio:
+                await session.send_realtime_input(
+                    audio=types.Blob(data=base64.b64decode(data), mime_type="audio/pcm;rate=16000")
+                )
+            await session.send_realtime_input(audio_stream_end=True)
+            [turn] = answers("gemini-live-audio")
+            got = await received(session, len(turn))
+            assert got == [parsed(m) for m in turn]
+            assert any(m.data for m in got)  # PCM audio, decoded by the SDK
+
+    anyio.run(main)
+
+
+def test_a_tool_session_replays_exactly(fresh: ChaosServer) -> None:
+    async def main() -> None:
+        client = fresh.live()
+        async with client.aio.live.connect(
+            model=MODEL, config={"response_modalities": ["TEXT"]}
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the weather in Paris?")]
+                )
+            )
+            first, second = answers("gemini-live-tools")
+            got = await received(session, len(first))
+            assert got == [parsed(m) for m in first]
+            assert got[0].tool_call is not None and got[0].tool_call.function_calls is not None
+            call = got[0].tool_call.function_calls[0]
+            await session.send_tool_response(
+                function_responses=[
+                    types.FunctionResponse(
+                        id=call.id, name=call.name, response={"temperature_c": 18, "sky": "cloudy"}
+                    )
+                ]
+            )
+            assert await received(session, len(second)) == [parsed(m) for m in second]
+
+    anyio.run(main)
+
+
+def test_a_handle_offered_resumes_the_session_where_it_was(fresh: ChaosServer) -> None:
+    async def main() -> None:
+        client = fresh.live()
+        config: Any = {"response_modalities": ["TEXT"], "session_resumption": {}}
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the weather in Paris?")]
+                )
+            )
+            first, _ = answers("gemini-live-tools")
+            got = await received(session, len(first) + 1)
+            update = got[-1].session_resumption_update
+            assert update is not None and update.resumable and update.new_handle
+        config = {
+            "response_modalities": ["TEXT"],
+            "session_resumption": {"handle": update.new_handle},
+        }
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            # A different tool response: only the session it resumes says what comes next.
+            await session.send_tool_response(
+                function_responses=[types.FunctionResponse(id="x", name="get_weather", response={})]
+            )
+            _, second = answers("gemini-live-tools")
+            got = await received(session, len(second) + 1)
+            assert got[:-1] == [parsed(m) for m in second]
+
+    anyio.run(main)
+
+
+def test_a_miss_closes_with_1008_naming_the_nearest(fresh: ChaosServer) -> None:
+    async def main() -> None:
+        client = fresh.live()
+        async with client.aio.live.connect(
+            model=MODEL, config={"response_modalities": ["TEXT"]}
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(role="user", parts=[types.Part(text="Tell me a long story")])
+            )
+            with pytest.raises(errors.APIError) as caught:
+                await session._receive()
+            assert caught.value.code == 1008
+            assert "no recorded turn matches; nearest gemini-live-" in str(caught.value)
+
+    anyio.run(main)
+
+
+def test_go_away_then_close(fresh: ChaosServer) -> None:
+    fresh.arm({"type": "go_away", "after_events": 1, "time_left_ms": 50})
+
+    async def main() -> None:
+        client = fresh.live()
+        async with client.aio.live.connect(
+            model=MODEL, config={"response_modalities": ["TEXT"]}
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the capital of France?")]
+                )
+            )
+            first = await session._receive()
+            assert first.server_content is not None
+            going = await session._receive()
+            assert going.go_away is not None and going.go_away.time_left == "0.050s"
+            with pytest.raises(errors.APIError) as caught:
+                while True:
+                    await session._receive()
+            assert caught.value.code == 1001
+
+    anyio.run(main)
+
+
+def test_messages_before_setup_close_with_1008(server: ChaosServer) -> None:
+    assert server.certfile is not None
+    url = server.url.replace("https://", "wss://") + PATH
+    with connect(url, ssl=client_context(server.certfile), open_timeout=5) as ws:
+        ws.send(json.dumps({"client_content": {"turns": [], "turnComplete": True}}))
+        with pytest.raises(ConnectionClosed) as caught:
+            ws.recv(timeout=5)
+        assert caught.value.rcvd is not None and caught.value.rcvd.code == 1008
+        assert "setup must come first" in caught.value.rcvd.reason
