@@ -18,6 +18,7 @@ from collections import deque
 from urllib.parse import parse_qsl
 
 import anyio
+import anyio.to_thread
 from starlette.routing import WebSocketRoute
 
 from chaosllm.core.live import LiveHub, LiveSession
@@ -73,6 +74,9 @@ class SessionEndpoint:
             return
         offered = scope.get("subprotocols") or []
         chosen = next((p for p in offered if p in _SUBPROTOCOLS), None)
+        if state.upstream is not None:
+            await _proxy(state, self.protocol, scope, receive, send, chosen, query)
+            return
         await send({"type": "websocket.accept", "subprotocol": chosen})
         await _Run(session, scope, receive, send).run()
 
@@ -165,6 +169,92 @@ class _Run:
             return
         logger.warning("ws_drop under another ASGI server: the session is aborted instead")
         raise PlanAborted("the session's connection is dropped (ws_drop)")
+
+
+async def _proxy(
+    state: ChaosState,
+    protocol: SessionProtocol,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    subprotocol: str | None,
+    query: dict[str, str],
+) -> None:
+    """The modes other than replay: the session relayed to the upstream's WebSocket both
+    ways as it flows, and (record, record-missing) written as one session recording: the
+    events in order with their times, redacted; the credentials (headers, ``key=``) are
+    forwarded and never written."""
+    from chaosllm.record.ws_client import UpstreamSocket
+    from chaosllm.store.sessions import dumps, session_from_events
+
+    assert state.upstream is not None
+    try:
+        upstream = await UpstreamSocket.open(
+            state.upstream.url, scope["path"], scope.get("query_string", b""), scope["headers"]
+        )
+    except Exception as exc:
+        logger.warning("%s", exc)
+        await send({"type": "websocket.close", "code": 1011, "reason": "upstream unavailable"})
+        return
+    await send({"type": "websocket.accept", "subprotocol": subprotocol})
+    started = anyio.current_time()
+    events: list[tuple[str, float, str]] = []
+
+    def note(source: str, text: str) -> None:
+        if len(events) < _MAX_RECORDED_EVENTS:
+            events.append((source, (anyio.current_time() - started) * 1000.0, text))
+
+    async with anyio.create_task_group() as tg:
+
+        async def downstream() -> None:
+            while True:
+                text = await upstream.receive()
+                if text is None:
+                    code = upstream.close_code or 1000
+                    await send(
+                        {
+                            "type": "websocket.close",
+                            "code": 1011 if code in (1005, 1006) else code,
+                            "reason": upstream.close_reason,
+                        }
+                    )
+                    tg.cancel_scope.cancel()
+                    return
+                note("server", text)
+                await send({"type": "websocket.send", "text": text})
+
+        tg.start_soon(downstream)
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                await upstream.close(int(message.get("code") or 1000))
+                tg.cancel_scope.cancel()
+                break
+            text = message.get("text")
+            if text is None:
+                continue
+            note("client", text)
+            await upstream.send(text)
+    if state.writer is None or not events:
+        return
+    recording = session_from_events(
+        protocol,
+        scope["path"],
+        protocol.model_of(query),
+        events,
+        state.redactor.body,
+        upstream=state.upstream.display,
+    )
+    if recording is None:
+        return
+    scenario = state.recording_scenario(None)
+    path = await anyio.to_thread.run_sync(state.writer.write_text, dumps(recording), scenario)
+    logger.info("recorded session %s", path)
+    live_hub(state).reload()
+
+
+_MAX_RECORDED_EVENTS = 100_000
+"""Events a recorded session keeps at most (the rest are relayed, not written)."""
 
 
 def live_routes() -> list[WebSocketRoute]:

@@ -17,8 +17,9 @@ nearest turns.
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,39 @@ class SessionStore:
         ]
         scored.sort(key=lambda item: (-item[0], item[1].name, item[2].index))
         return scored[:limit]
+
+
+def session_from_events(
+    protocol: SessionProtocol,
+    path: str,
+    model: str | None,
+    events: Sequence[tuple[str, float, str]],
+    redact: Callable[[JSON], JSON],
+    *,
+    upstream: str = "",
+) -> SessionRecording | None:
+    """A session recording of relayed frames (source, ms since the start, text), each
+    event redacted; frames that are not JSON objects are left out. None: no event."""
+    kept: list[dict[str, Any]] = []
+    for source, t_ms, text in events:
+        try:
+            event = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            kept.append({"from": source, "t_ms": round(t_ms, 3), "event": redact(event)})
+    if not kept:
+        return None
+    data = {
+        "chaosllm": 1,
+        "provider": protocol.name,
+        "session": {"path": path, "model": model, "events": kept},
+        "meta": {
+            "upstream": upstream,
+            "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        },
+    }
+    return parse_session(data, source="", name="")
 
 
 def dumps(recording: SessionRecording) -> str:

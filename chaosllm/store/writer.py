@@ -121,6 +121,20 @@ class RecordingWriter:
         name = f"{scenario}/{target.stem}"
         return replace(exchange, name=name, scenario=scenario, source=str(target))
 
+    def write_text(self, text: str, scenario: str) -> Path:
+        """Write a recording already serialised (a session's) as the next file of
+        `scenario`, atomically; its path."""
+        directory = self.scenario_dir(scenario)
+        directory.mkdir(parents=True, exist_ok=True)
+        temp = self._write_temp(directory, text.encode("utf-8"))
+        try:
+            target = self._publish(directory, temp)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+        _fsync_dir(directory)
+        return target
+
     # -- steps ----------------------------------------------------------------------
 
     @staticmethod

@@ -1,0 +1,58 @@
+"""Record mode proxies a real upstream WebSocket: the openai SDK's realtime client through
+a recording chaosllm to a loopback upstream that speaks the Realtime protocol (another
+chaosllm, replaying), one session recording written (no credential in it), which then
+replays exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openai
+import pytest
+
+from chaosllm import ChaosServer
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.filterwarnings(
+        "ignore:connect\\(\\) must be used as a context manager:DeprecationWarning"
+    ),
+]
+
+KEY = "sk-proj-recordmeneverAAAAAAAAAAAAAAAA"
+
+
+def one_turn(server: ChaosServer) -> list[dict[str, object]]:
+    client = openai.OpenAI(base_url=server.base_url, api_key=KEY)
+    got: list[dict[str, object]] = []
+    with client.realtime.connect(model="gpt-realtime") as conn:
+        assert conn.recv().type == "session.created"
+        conn.conversation.item.create(
+            item={"type": "message", "role": "user",
+                  "content": [{"type": "input_text", "text": "What is the capital of France?"}]}
+        )
+        assert conn.recv().type == "conversation.item.added"
+        conn.response.create()
+        while True:
+            event = json.loads(conn.recv_bytes())
+            got.append(event)
+            if event["type"] == "rate_limits.updated":
+                break
+    return got
+
+
+def test_a_session_is_recorded_through_the_proxy_and_replays(tmp_path: Path) -> None:
+    with ChaosServer() as upstream:
+        with ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy:
+            relayed = one_turn(proxy)
+    [written] = tmp_path.rglob("*.json")
+    text = written.read_text("utf-8")
+    assert KEY not in text and "Authorization" not in text
+    data = json.loads(text)
+    assert data["provider"] == "openai.realtime"
+    assert data["session"]["model"] == "gpt-realtime"
+    sources = [e["from"] for e in data["session"]["events"]]
+    assert sources[0] == "server" and "client" in sources
+    with ChaosServer(recordings=tmp_path) as replay:
+        assert one_turn(replay) == relayed
