@@ -57,6 +57,7 @@ import faultbench
 import hotpath
 import inproc
 import live_ttfb
+import sessions
 import profiling
 import workloads
 from load import LoadResult, LoadSettings, WrkMissing, require_wrk, run_wrk
@@ -1206,6 +1207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "journal",
         "concurrency",
         "live",
+        "sessions",
     )
     parser.add_argument(
         "--skip",
@@ -1336,6 +1338,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, ms in live_ttfb.measure(3 if quick else 9).items():
                 results.add(f"passthrough TTFB, 20 frames 50 ms apart, {label}", ms, " ms")
 
+        def run_sessions() -> None:  # issue #26: replayed WebSocket sessions, recorded timing
+            argv = chaosllm_argv(["serve", "--port", "0", "--timing", "recorded"])
+            with running("chaosllm sessions", argv) as server:
+                found = sessions.measure(server.url.replace("http://", "ws://"), 200)
+            say(f"  200 sessions: {found}")
+            results.add(
+                "200 concurrent replayed sessions, event gap error p99",
+                found["p99_ms"],
+                " ms",
+                at_most=10.0,
+            )
+
         def run_soak() -> None:
             soak(results, payloads, settings, 0 if quick else 100_000)
 
@@ -1350,6 +1364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("journal", run_soak),
             ("concurrency", run_concurrency),
             ("live", run_live),
+            ("sessions", run_sessions),
         ]
         try:
             for name, section in sections:

@@ -610,8 +610,10 @@ class ChaosServer:
         from chaosllm.wire.tls import client_context
 
         context = client_context(self.certfile)
+        given = options.pop("http_options", None)
         http = types.HttpOptions(
             base_url=self.url,
+            headers=getattr(given, "headers", None),
             async_client_args={"ssl": context},
             client_args={"verify": context},
         )

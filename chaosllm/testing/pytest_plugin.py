@@ -118,6 +118,21 @@ class ChaosHandle:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
 
+    def realtime(self, **options: Any) -> Any:
+        """An ``openai.OpenAI`` client whose ``realtime.connect()`` reaches this server
+        (with the session header on a shared server)."""
+        options.setdefault("default_headers", self.headers)
+        return self.server.realtime(**options)
+
+    def live(self, **options: Any) -> Any:
+        """A ``google.genai.Client`` whose ``aio.live.connect()`` reaches this server
+        (which must serve TLS: google-genai dials ``wss://``)."""
+        if self.headers:
+            from google.genai import types
+
+            options.setdefault("http_options", types.HttpOptions(headers=self.headers))
+        return self.server.live(**options)
+
     def arm(
         self,
         spec: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,

@@ -114,3 +114,8 @@ def test_a_miss_is_an_error_event_naming_the_nearest(server: ChaosServer) -> Non
         assert "no recorded session turn matches" in message
         assert "realtime-text/0001 turn 1" in message
         assert "--mode record-missing" in message
+
+
+def test_the_fixture_gives_a_realtime_client(chaosllm: Any) -> None:
+    with chaosllm.realtime().realtime.connect(model="gpt-realtime") as conn:
+        assert conn.recv().type == "session.created"

@@ -29,8 +29,11 @@ def one_turn(server: ChaosServer) -> list[dict[str, object]]:
     with client.realtime.connect(model="gpt-realtime") as conn:
         assert conn.recv().type == "session.created"
         conn.conversation.item.create(
-            item={"type": "message", "role": "user",
-                  "content": [{"type": "input_text", "text": "What is the capital of France?"}]}
+            item={
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "What is the capital of France?"}],
+            }
         )
         assert conn.recv().type == "conversation.item.added"
         conn.response.create()
@@ -43,9 +46,11 @@ def one_turn(server: ChaosServer) -> list[dict[str, object]]:
 
 
 def test_a_session_is_recorded_through_the_proxy_and_replays(tmp_path: Path) -> None:
-    with ChaosServer() as upstream:
-        with ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy:
-            relayed = one_turn(proxy)
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(mode="record", upstream=upstream.url, record_dir=tmp_path) as proxy,
+    ):
+        relayed = one_turn(proxy)
     [written] = tmp_path.rglob("*.json")
     text = written.read_text("utf-8")
     assert KEY not in text and "Authorization" not in text
