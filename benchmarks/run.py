@@ -57,8 +57,8 @@ import faultbench
 import hotpath
 import inproc
 import live_ttfb
-import sessions
 import profiling
+import sessions
 import workloads
 from load import LoadResult, LoadSettings, WrkMissing, require_wrk, run_wrk
 from machine import NOISY_PCT, Interference, wait_idle
