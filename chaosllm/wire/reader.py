@@ -222,7 +222,6 @@ class RequestReader:
                     400, "Upgrade requests with a body are not supported", "bad_request", path=path
                 )
             req.keep_alive = False  # served as a plain request; the connection then closes
-            expect = True  # not plain: not for the memo
             if is_upgrade(method, self.headers):
                 req.upgrade = b""
         self.req = req
