@@ -623,7 +623,11 @@ class ChaosServer:
     # -- control ----------------------------------------------------------------
 
     def reset(self) -> None:
-        """Disarm every fault, clear the journal and fault history, rewind sequences."""
+        """Disarm every fault, clear the journal and fault history, rewind sequences (and
+        forget the WebSocket sessions' log)."""
+        hub = getattr(self.state, "_live_hub", None)
+        if hub is not None:
+            hub.clear()
         self.state.reset()
 
     def reload(self) -> None:
@@ -709,7 +713,14 @@ class ChaosServer:
         is final."""
         chosen = Tolerances().with_(**tolerances)
         entries = self.state.journal.entries(session, settle=settle)
-        return findings(entries, self.state.board.history(session), chosen)
+        found = findings(entries, self.state.board.history(session), chosen)
+        hub = getattr(self.state, "_live_hub", None)
+        if hub is not None:  # WebSocket sessions (chaosllm.core.live.verdict)
+            from chaosllm.core.live.verdict import session_findings
+
+            logs = [log for log in hub.logs if session is None or log.session == session]
+            found += session_findings(logs)
+        return found
 
     def unused(self) -> list[str]:
         """The names of the recordings not served since the last reset (`GET /__unused`)."""

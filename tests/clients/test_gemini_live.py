@@ -233,3 +233,22 @@ def test_messages_before_setup_close_with_1008(server: ChaosServer) -> None:
             ws.recv(timeout=5)
         assert caught.value.rcvd is not None and caught.value.rcvd.code == 1008
         assert "setup must come first" in caught.value.rcvd.reason
+
+
+def test_the_verdict_names_a_reconnect_without_resumption(fresh: ChaosServer) -> None:
+    async def main() -> None:
+        client = fresh.live()
+        config: Any = {"response_modalities": ["TEXT"], "session_resumption": {}}
+        question = types.Content(
+            role="user", parts=[types.Part(text="What is the weather in Paris?")]
+        )
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_client_content(turns=question)
+            await received(session, 2)
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_client_content(turns=question)
+            await received(session, 1)
+
+    anyio.run(main)
+    names = [f.name for f in fresh.verdict()]
+    assert "reconnected_without_resumption" in names

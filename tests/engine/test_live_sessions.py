@@ -230,3 +230,61 @@ def test_a_session_fault_is_one_shot() -> None:
     live = session({"type": "ws_close", "after_events": 0})
     assert kinds(play(live, "realtime-tools", 1)) == [CLOSE]
     assert [s.event for s in play(live, "realtime-tools", 2)] == answer("realtime-tools", 2)
+
+
+# -- verdicts -------------------------------------------------------------------------------
+
+
+def gemini(hub: LiveHub, setup: dict[str, Any]) -> LiveSession:
+    from chaosllm.providers.gemini_live import GEMINI_LIVE
+
+    live = hub.session(GEMINI_LIVE, GEMINI_LIVE.paths[0], {}, "t")
+    live.receive(json.dumps({"setup": {"model": "models/m", **setup}}))
+    return live
+
+
+def ask_weather(live: LiveSession) -> tuple[Step, ...]:
+    question = {"role": "user", "parts": [{"text": "What is the weather in Paris?"}]}
+    return live.receive(json.dumps({"client_content": {"turns": [question], "turnComplete": True}}))
+
+
+def test_reconnecting_without_the_handle_offered_is_found() -> None:
+    from chaosllm.core.live.verdict import session_findings
+
+    hub = LiveHub([RECORDINGS], FaultBoard(seed=0))
+    first = gemini(hub, {"sessionResumption": {}})
+    steps = ask_weather(first)
+    offer = steps[-1].event
+    assert offer is not None and offer["sessionResumptionUpdate"]["resumable"] is True
+    gemini(hub, {})
+    [found] = session_findings(hub.logs)
+    assert found.name == "reconnected_without_resumption" and found.seqs == (1, 2)
+    handle = offer["sessionResumptionUpdate"]["newHandle"]
+    hub.clear()
+    first = gemini(hub, {"sessionResumption": {}})
+    ask_weather(first)
+    resumed = gemini(hub, {"sessionResumption": {"handle": first.log.offered[-1]}})
+    assert resumed.resumed == first.log.offered[-1] != handle
+    assert session_findings(hub.logs) == []
+
+
+def test_no_reconnect_after_going_away_is_found() -> None:
+    from chaosllm.core.live.verdict import session_findings
+
+    board = FaultBoard(seed=0)
+    board.arm([parse_fault_spec({"type": "go_away"})])
+    hub = LiveHub([RECORDINGS], board)
+    ask_weather(gemini(hub, {}))
+    assert [f.name for f in session_findings(hub.logs)] == ["no_reconnect_after_going_away"]
+    gemini(hub, {})
+    assert session_findings(hub.logs) == []
+
+
+def test_a_turn_asked_again_after_its_complete_answer_is_found() -> None:
+    from chaosllm.core.live.verdict import session_findings
+
+    hub = LiveHub([RECORDINGS], FaultBoard(seed=0))
+    live = gemini(hub, {})
+    ask_weather(live)
+    ask_weather(live)
+    assert [f.name for f in session_findings(hub.logs)] == ["resent_after_done"]

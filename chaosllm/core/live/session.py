@@ -28,11 +28,12 @@ import itertools
 import json
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from chaosllm.core.live.verdict import MAX_LOGGED, SessionLog
 from chaosllm.faults.board import FaultBoard, RequestInfo
 from chaosllm.faults.session import CLOSE, EVENT, Step
 from chaosllm.faults.spec import FaultSpec
@@ -66,6 +67,8 @@ class LiveHub:
         self._store: SessionStore | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self.logs: deque[SessionLog] = deque(maxlen=MAX_LOGGED)
+        """The sessions opened, newest last (`chaosllm.core.live.verdict`)."""
         self.handles: OrderedDict[str, tuple[SessionRecording, int]] = OrderedDict()
         """Resumption handles offered: where each session was (the newest `MAX_HANDLES`)."""
 
@@ -98,7 +101,32 @@ class LiveHub:
     def session(
         self, protocol: SessionProtocol, path: str, query: dict[str, str], session: str | None
     ) -> LiveSession:
-        return LiveSession(self, protocol, path, query, session, f"s{next(self._ids)}")
+        n = next(self._ids)
+        live = LiveSession(self, protocol, path, query, session, f"s{n}")
+        live.log = SessionLog(n, protocol.name, session)
+        with self._lock:
+            self.logs.append(live.log)
+        return live
+
+    def clear(self) -> None:
+        """Forget the sessions' log (a reset)."""
+        with self._lock:
+            self.logs.clear()
+
+
+def _going_away(event: dict[str, Any] | None) -> bool:
+    """Whether an event tells the client that the session ends (Live's ``goAway``,
+    Realtime's ``session_expired``)."""
+    if event is None:
+        return False
+    error = event.get("error")
+    return "goAway" in event or (isinstance(error, dict) and error.get("code") == "session_expired")
+
+
+def offer_handle(event: dict[str, Any]) -> str:
+    """The handle a resumption offer carries."""
+    update = event.get("sessionResumptionUpdate")
+    return str(update.get("newHandle", "")) if isinstance(update, dict) else ""
 
 
 class LiveSession:
@@ -130,6 +158,7 @@ class LiveSession:
         """Whether the client's setup asked for resumption handles."""
         self.resumed: str | None = None
         """The handle this session resumed from."""
+        self.log = SessionLog(0, protocol.name, session)
 
     def open(self) -> tuple[Step, ...]:
         return tuple(
@@ -181,7 +210,7 @@ class LiveSession:
             if where is None:
                 return self._bad("unknown session resumption handle")
             self.following, self.position = where
-            self.resumed = handle
+            self.resumed = self.log.resumed = handle
         return tuple(Step(EVENT, 0.0, e) for e in protocol.opened(setup, self.session_id))
 
     def _bad(self, message: str) -> tuple[Step, ...]:
@@ -224,7 +253,13 @@ class LiveSession:
             )
             if offer is not None:
                 steps += (Step(EVENT, steps[-1].at_s if steps else 0.0, offer),)
-        return self._fault(steps)
+                self.log.offered.append(offer_handle(offer))
+        answered = self._fault(steps)
+        whole = answered == steps
+        self.log.turns.append((digest, whole))
+        if any(_going_away(step.event) for step in answered):
+            self.log.went_away = True
+        return answered
 
     def _fault(self, steps: tuple[Step, ...]) -> tuple[Step, ...]:
         protocol = self.protocol
