@@ -2,6 +2,7 @@
 
 from chaosllm.testing.strategies import (
     RECOVERABLE,
+    SESSION_FAULTS,
     SIMPLEST_FIRST,
     fault_schedules,
     faults,
@@ -10,6 +11,7 @@ from chaosllm.testing.strategies import (
 
 __all__ = [
     "RECOVERABLE",
+    "SESSION_FAULTS",
     "SIMPLEST_FIRST",
     "fault_schedules",
     "faults",

@@ -29,9 +29,17 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from chaosllm.faults import FAULT_TYPES, Draw
+from chaosllm.faults.session import not_http
 from chaosllm.faults.transform import any_request
 
-__all__ = ["RECOVERABLE", "SIMPLEST_FIRST", "fault_schedules", "faults", "resilience_settings"]
+__all__ = [
+    "RECOVERABLE",
+    "SESSION_FAULTS",
+    "SIMPLEST_FIRST",
+    "fault_schedules",
+    "faults",
+    "resilience_settings",
+]
 
 SIMPLEST_FIRST: tuple[str, ...] = tuple(
     sorted(FAULT_TYPES, key=lambda name: FAULT_TYPES[name].simplicity)
@@ -48,6 +56,12 @@ no retry cures (`FaultType.retryable` False: ``insufficient_quota``,
 RECOVERABLE = tuple(name for name in RECOVERABLE if FAULT_TYPES[name].on_request is any_request)
 """(Nor the wire quirks, which fire on SSE streams only and break no careful client: drawn
 only when named, as ``types=["crlf_frames", ...]``.)"""
+
+SESSION_FAULTS: tuple[str, ...] = tuple(
+    name for name in SIMPLEST_FIRST if FAULT_TYPES[name].on_request is not_http
+)
+"""The faults of WebSocket sessions (never drawn by default: they fire on sessions only):
+``faults(types=SESSION_FAULTS)`` draws them, ``after_events`` among their parameters."""
 
 _RETRYABLE_STATUSES = (500, 502, 503, 504, 529)
 

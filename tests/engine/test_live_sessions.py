@@ -8,11 +8,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from chaosllm.core.live import LiveHub, LiveSession
 from chaosllm.faults import FaultBoard, parse_fault_spec
 from chaosllm.faults.session import CLOSE, DROP, EVENT, STALL, TEXT, Step
 from chaosllm.providers.realtime_openai import REALTIME
+from chaosllm.strategies import SESSION_FAULTS, faults
 from tests.helpers import RECORDINGS
 
 pytestmark = pytest.mark.timeout(30)
@@ -288,3 +290,20 @@ def test_a_turn_asked_again_after_its_complete_answer_is_found() -> None:
     ask_weather(live)
     ask_weather(live)
     assert [f.name for f in session_findings(hub.logs)] == ["resent_after_done"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(faults(types=SESSION_FAULTS))
+def test_every_drawn_session_fault_breaks_a_turn_or_leaves_it(spec: Any) -> None:
+    data = spec if isinstance(spec, dict) else spec.to_json()
+    data = {**data, "probability": 1.0}
+    if data["type"] == "session_stall":
+        data["max_ms"] = 10
+    live = session(data)
+    steps = play(live, "realtime-text")
+    fired = bool(live.hub.board.history())
+    if fired:
+        assert data["type"] != "go_away"  # Realtime has no goAway: never consumed
+        assert [(s.kind, s.event) for s in steps] != [(EVENT, e) for e in answer("realtime-text")]
+    else:
+        assert [s.event for s in steps] == answer("realtime-text")

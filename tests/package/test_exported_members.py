@@ -64,6 +64,7 @@ PINNED: dict[str, list[str]] = {
     ],
     "chaosllm.strategies": [
         "RECOVERABLE",
+        "SESSION_FAULTS",
         "SIMPLEST_FIRST",
         "fault_schedules",
         "faults",
