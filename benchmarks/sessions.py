@@ -35,7 +35,12 @@ def expected_gaps() -> tuple[list[dict[str, Any]], list[float]]:
 
 
 async def one(
-    url: str, sent: list[dict[str, Any]], gaps: list[float], errors: list[float], delay: float
+    url: str,
+    sent: list[dict[str, Any]],
+    gaps: list[float],
+    errors: list[float],
+    delay: float,
+    opened: asyncio.Barrier,
 ) -> None:
     from websockets.asyncio.client import connect
 
@@ -44,7 +49,8 @@ async def one(
         for event in sent[:-1]:
             await ws.send(json.dumps(event))
             await ws.recv()
-        await asyncio.sleep(delay)  # the sessions open together and ask at their own moments
+        await opened.wait()  # every session open (the handshakes are not what is timed)
+        await asyncio.sleep(delay)  # then each asks at its own moment
         started = time.perf_counter()
         await ws.send(json.dumps(sent[-1]))
         for gap in gaps:
@@ -56,7 +62,10 @@ async def run(url: str, sessions: int) -> dict[str, float]:
     sent, gaps = expected_gaps()
     errors: list[float] = []
     spread = SPREAD_S / sessions
-    await asyncio.gather(*(one(url, sent, gaps, errors, i * spread) for i in range(sessions)))
+    opened = asyncio.Barrier(sessions)
+    await asyncio.gather(
+        *(one(url, sent, gaps, errors, i * spread, opened) for i in range(sessions))
+    )
     errors.sort()
     return {
         "sessions": sessions,
