@@ -51,6 +51,7 @@ def live_hub(state: ChaosState) -> LiveHub:
             state.board,
             timing=config.timing,
             nearest_threshold=config.nearest_threshold,
+            journal=state.journal,
         )
         state._live_hub = hub  # type: ignore[attr-defined]
     return hub

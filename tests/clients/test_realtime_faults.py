@@ -236,3 +236,18 @@ def test_the_sdk_passes_malformed_tool_args_through(armed: ChaosServer) -> None:
                 with pytest.raises(ValueError):
                     json.loads(event.arguments)
                 break
+
+
+def test_the_journal_holds_each_session_turn(armed: ChaosServer) -> None:
+    armed.arm({"type": "ws_close", "after_events": 1})
+    raw_turn(armed)
+    ws, _ = raw_turn(armed, "What is the capital of Spain?")
+    ws.close()
+    first, second = armed.requests()[-2:]
+    assert (first["path"], first["status"], first["recording"]) == (
+        "/v1/realtime",
+        101,
+        "realtime-text/0001",
+    )
+    assert first["fault"]["type"] == "ws_close" and first["ending"] == "close"
+    assert second["miss"] is True and "no recorded session turn" in second["error"]

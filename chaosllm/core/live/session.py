@@ -33,9 +33,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from chaosllm.core.journal import Journal
 from chaosllm.core.live.verdict import MAX_LOGGED, SessionLog
+from chaosllm.core.report import Outcome
 from chaosllm.faults.board import FaultBoard, RequestInfo
-from chaosllm.faults.session import CLOSE, EVENT, Step
+from chaosllm.faults.session import CLOSE, EVENT, TEXT, Step
 from chaosllm.faults.spec import FaultSpec
 from chaosllm.providers.live import SessionProtocol, TurnState
 from chaosllm.store.sessions import SessionRecording, SessionStore, turn_key
@@ -59,7 +61,10 @@ class LiveHub:
         *,
         timing: float = 0.0,
         nearest_threshold: float = 0.9,
+        journal: Journal | None = None,
     ) -> None:
+        self.journal = journal
+        """Where each session turn is journalled with the model requests, in order."""
         self.dirs = list(dirs)
         self.board = board
         self.timing = timing
@@ -153,6 +158,7 @@ class LiveSession:
         self.events_in = 0
         self.turns = 0
         self.fired: list[FaultSpec] = []
+        self.last_fault: dict[str, Any] | None = None
         self.started = protocol.first_event is None
         self.resumable = False
         """Whether the client's setup asked for resumption handles."""
@@ -239,7 +245,9 @@ class LiveSession:
             threshold=hub.nearest_threshold,
         )
         if found is None:
-            return self._miss(store, digest, text)
+            missed = self._miss(store, digest, text)
+            self._journal(None, None, None, missed)
+            return missed
         self.following = found.recording
         self.position = found.turn.index + 1
         scale = hub.timing
@@ -256,6 +264,7 @@ class LiveSession:
                 self.log.offered.append(offer_handle(offer))
         answered = self._fault(steps)
         whole = answered == steps
+        self._journal(found.recording.name, found.how, self.last_fault, answered)
         self.log.turns.append((digest, whole))
         if any(_going_away(step.event) for step in answered):
             self.log.went_away = True
@@ -282,11 +291,61 @@ class LiveSession:
             outcome["steps"] = after
             return True
 
+        self.last_fault = None
         fired = self.hub.board.take(request, applies)
         if fired is None:
             return steps
         self.fired.append(fired.spec)
+        self.last_fault = {
+            **fired.spec.to_json(),
+            "id": fired.fault_id,
+            "params": fired.spec.effective_params(),
+        }
         return outcome["steps"]
+
+    def _journal(
+        self,
+        recording: str | None,
+        how: str | None,
+        fault: dict[str, Any] | None,
+        steps: tuple[Step, ...],
+    ) -> None:
+        """One journal entry for the turn: with the model requests, in order (no digest:
+        the HTTP verdicts, which follow a request's digest, leave it to the session
+        verdicts)."""
+        journal = self.hub.journal
+        if journal is None:
+            return
+        end = next((s for s in steps if s.kind != EVENT), None)
+        error = next(
+            (
+                str(s.event["error"].get("message"))
+                for s in steps
+                if s.event is not None and isinstance(s.event.get("error"), dict)
+            ),
+            None,
+        )
+        if end is not None and end.kind == CLOSE and end.code == 1008:
+            error = end.reason
+        entry = journal.add(
+            session=self.session,
+            method="GET",
+            path=self.path,
+            model=self.model,
+            stream=True,
+            digest=None,
+            status=101,
+            recording=recording,
+            match=how,
+            miss=recording is None,
+            error=error,
+            fault=fault,
+            ending="session" if end is None else end.kind,
+            frames=sum(1 for s in steps if s.kind in (EVENT, TEXT)),
+        )
+        # The turn's steps are decided here; the executor sends them (nothing to wait for).
+        entry.report.frames_sent = entry.record.frames or 0
+        entry.report.outcome = Outcome.COMPLETE
 
     def _miss(self, store: SessionStore, digest: str, text: str) -> tuple[Step, ...]:
         near = store.nearest(self.protocol, text)
