@@ -237,6 +237,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--certfile", type=Path, help="serve TLS with this certificate (PEM)")
     serve.add_argument("--keyfile", type=Path, help="the --certfile's private key (PEM)")
     serve.add_argument(
+        "--no-audio",
+        action="store_true",
+        help="recorded WebSocket sessions keep a digest of each audio delta, not the audio",
+    )
+    serve.add_argument(
         "--mode",
         type=_choice(Mode),
         default=Mode.REPLAY,
@@ -793,6 +798,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     config = ServerConfig(
         **tls,
+        no_audio=args.no_audio,
         recordings=dirs,
         mode=args.mode,
         on_miss=args.on_miss,

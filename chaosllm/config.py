@@ -300,6 +300,8 @@ class ServerConfig:
     """Where new recordings go (modes record and record-missing)."""
     certfile: Path | None = None
     """TLS on every protocol (``--tls``, ``--certfile``), with `keyfile`."""
+    no_audio: bool = False
+    """Recorded sessions keep a digest of each audio delta, not the audio (``--no-audio``)."""
     keyfile: Path | None = None
     record_scenario: str = DEFAULT_RECORD_SCENARIO
     """The scenario new recordings go to when the request's session has no active one."""

@@ -372,6 +372,7 @@ class ChaosServer:
         tls: bool = False,
         certfile: str | Path | None = None,
         keyfile: str | Path | None = None,
+        no_audio: bool = False,
     ) -> None:
         """`mode` record, record-missing or passthrough makes it a proxy in front of
         `upstream`; new recordings go to `record_dir` (default: the first of
@@ -392,6 +393,7 @@ class ChaosServer:
         `rate_limit` sets live rate limits (``"rpm=60,tpm=40000"`` or ``{"rpm": 60}``, as
         ``--rate-limit``; `set_rate_limit` changes them); `clock` is the engine's time (a
         `chaosllm.core.clock.ManualClock` lets a test move it instead of sleeping).
+        `no_audio` records sessions with a digest of each audio delta (``--no-audio``).
         `tls` serves TLS on every protocol with a self-signed certificate made now
         (`certfile` names it: trust it, or use `live`), or the given `certfile`/`keyfile`."""
         try:
@@ -441,6 +443,7 @@ class ChaosServer:
             allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
             rate_limit=limit,
             **tls_files(tls, certfile, keyfile),
+            no_audio=no_audio,
         )
         try:
             parse_allow_hosts(self.config.allow_hosts)

@@ -245,6 +245,7 @@ async def _proxy(
         events,
         state.redactor.body,
         upstream=state.upstream.display,
+        no_audio=state.config.no_audio,
     )
     if recording is None:
         return

@@ -143,6 +143,9 @@ class GeminiLiveProtocol(SessionProtocol):
     def going_away_event(self, time_left_ms: int) -> dict[str, Any] | None:
         return {"goAway": {"timeLeft": f"{time_left_ms / 1000:.3f}s"}}
 
+    def going_away(self, event: dict[str, Any]) -> bool:
+        return "goAway" in event
+
     def resumption_event(self, handle: str) -> dict[str, Any]:
         return {"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}}
 
@@ -164,6 +167,24 @@ class GeminiLiveProtocol(SessionProtocol):
             return False
         parts = (content.get("modelTurn") or {}).get("parts") or []
         return any(isinstance(p, dict) and "inlineData" in p for p in parts)
+
+    def without_audio(self, event: dict[str, Any]) -> dict[str, Any]:
+        content = dict(event["serverContent"])
+        turn = dict(content.get("modelTurn") or {})
+        turn["parts"] = [
+            {
+                **p,
+                "inlineData": {
+                    **p["inlineData"],
+                    "data": audio_digest(str(p["inlineData"].get("data", ""))),
+                },
+            }
+            if isinstance(p, dict) and isinstance(p.get("inlineData"), dict)
+            else p
+            for p in turn.get("parts") or []
+        ]
+        content["modelTurn"] = turn
+        return {**event, "serverContent": content}
 
 
 GEMINI_LIVE = GeminiLiveProtocol()

@@ -124,6 +124,10 @@ class SessionProtocol:
     def going_away_event(self, time_left_ms: int) -> dict[str, Any] | None:
         return None
 
+    def going_away(self, event: dict[str, Any]) -> bool:
+        """Whether a server event tells the client the session is ending."""
+        return False
+
     def rate_limits_event(self, remaining: int) -> dict[str, Any] | None:
         return None
 
@@ -136,6 +140,10 @@ class SessionProtocol:
 
     def is_audio_delta(self, event: dict[str, Any]) -> bool:
         return False
+
+    def without_audio(self, event: dict[str, Any]) -> dict[str, Any]:
+        """An audio delta with its audio replaced by the audio's digest (``--no-audio``)."""
+        return event
 
     def text_of(self, items: list[JSON]) -> str:
         """The turn's content as text, for nearest matching."""

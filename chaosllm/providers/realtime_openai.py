@@ -181,6 +181,10 @@ class RealtimeProtocol(SessionProtocol):
             "session_expired",
         )
 
+    def going_away(self, event: dict[str, Any]) -> bool:
+        error = event.get("error")
+        return isinstance(error, dict) and error.get("code") == "session_expired"
+
     def rate_limits_event(self, remaining: int) -> dict[str, Any] | None:
         return {
             "type": "rate_limits.updated",
@@ -206,6 +210,10 @@ class RealtimeProtocol(SessionProtocol):
 
     def is_audio_delta(self, event: dict[str, Any]) -> bool:
         return event.get("type") == "response.output_audio.delta"
+
+    def without_audio(self, event: dict[str, Any]) -> dict[str, Any]:
+        delta = event.get("delta")
+        return {**event, "delta": audio_digest(delta)} if isinstance(delta, str) else event
 
 
 _CLIENT_EVENTS = (

@@ -276,9 +276,11 @@ def session_from_events(
     redact: Callable[[JSON], JSON],
     *,
     upstream: str = "",
+    no_audio: bool = False,
 ) -> SessionRecording | None:
     """A session recording of relayed frames (source, ms since the start, text), each
-    event redacted; frames that are not JSON objects are left out. None: no event."""
+    event redacted (and with `no_audio`, each server audio delta's audio replaced by its
+    digest); frames that are not JSON objects are left out. None: no event."""
     kept: list[dict[str, Any]] = []
     for source, t_ms, text in events:
         try:
@@ -286,6 +288,8 @@ def session_from_events(
         except ValueError:
             continue
         if isinstance(event, dict):
+            if no_audio and source == SERVER and protocol.is_audio_delta(event):
+                event = protocol.without_audio(event)
             kept.append({"from": source, "t_ms": round(t_ms, 3), "event": redact(event)})
     if not kept:
         return None

@@ -61,3 +61,35 @@ def test_a_session_is_recorded_through_the_proxy_and_replays(tmp_path: Path) -> 
     assert sources[0] == "server" and "client" in sources
     with ChaosServer(recordings=tmp_path) as replay:
         assert one_turn(replay) == relayed
+
+
+def test_no_audio_records_a_digest_of_each_audio_delta(tmp_path: Path) -> None:
+    events = json.loads(
+        (Path(__file__).resolve().parents[2] / "recordings/realtime-audio/0001.json").read_text(
+            "utf-8"
+        )
+    )["session"]["events"]
+    with (
+        ChaosServer() as upstream,
+        ChaosServer(
+            mode="record", upstream=upstream.url, record_dir=tmp_path, no_audio=True
+        ) as proxy,
+    ):
+        client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY)
+        with client.realtime.connect(model="gpt-realtime") as conn:
+            conn.recv()
+            for item in events:
+                if item["from"] == "client":
+                    conn.send(item["event"])
+            while conn.recv().type != "response.done":
+                pass
+    [written] = tmp_path.rglob("*.json")
+    recorded = json.loads(written.read_text("utf-8"))["session"]["events"]
+    deltas = [
+        e["event"]["delta"] for e in recorded if e["event"]["type"] == "response.output_audio.delta"
+    ]
+    assert len(deltas) == 3 and all(d.startswith("sha256:") for d in deltas)
+    transcript = [
+        e for e in recorded if e["event"]["type"] == "response.output_audio_transcript.delta"
+    ]
+    assert transcript[0]["event"]["delta"] == "Hello "  # only the audio is hashed

@@ -119,15 +119,6 @@ class LiveHub:
             self.logs.clear()
 
 
-def _going_away(event: dict[str, Any] | None) -> bool:
-    """Whether an event tells the client that the session ends (Live's ``goAway``,
-    Realtime's ``session_expired``)."""
-    if event is None:
-        return False
-    error = event.get("error")
-    return "goAway" in event or (isinstance(error, dict) and error.get("code") == "session_expired")
-
-
 def offer_handle(event: dict[str, Any]) -> str:
     """The handle a resumption offer carries."""
     update = event.get("sessionResumptionUpdate")
@@ -266,7 +257,7 @@ class LiveSession:
         whole = answered == steps
         self._journal(found.recording.name, found.how, self.last_fault, answered)
         self.log.turns.append((digest, whole))
-        if any(_going_away(step.event) for step in answered):
+        if any(step.event is not None and protocol.going_away(step.event) for step in answered):
             self.log.went_away = True
         return answered
 
