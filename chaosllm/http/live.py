@@ -73,6 +73,18 @@ class SessionEndpoint:
         message = await receive()
         if message["type"] != "websocket.connect":
             return
+        origin = headers.get("origin")
+        if origin is not None and not _own_origin(origin, headers.get("host")):
+            # A browser page of another origin may open a WebSocket to any address (no
+            # CORS for WebSockets): refused, as the control plane refuses it.
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": 1008,
+                    "reason": f"WebSocket from another origin ({origin}) refused",
+                }
+            )
+            return
         offered = scope.get("subprotocols") or []
         chosen = next((p for p in offered if p in _SUBPROTOCOLS), None)
         if state.upstream is not None:
@@ -80,6 +92,20 @@ class SessionEndpoint:
             return
         await send({"type": "websocket.accept", "subprotocol": chosen})
         await _Run(session, scope, receive, send).run()
+
+
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def _own_origin(origin: str, host: str | None) -> bool:
+    """Whether a browser's Origin is this server's (the Host it asked) or a loopback one."""
+    _, sep, rest = origin.strip().lower().partition("://")
+    if not sep:
+        return False
+    name = rest.rsplit(":", 1)[0] if not rest.endswith("]") else rest
+    if name in _LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    return host is not None and rest == host.strip().lower()
 
 
 class _Run:

@@ -82,13 +82,15 @@ def test_a_text_frame_that_is_not_json_is_an_error_event(server: ChaosServer) ->
         assert json.loads(ws.recv(timeout=5))["type"] == "session.updated"  # still served
 
 
-def raw_upgrade(server: ChaosServer, path: str, version: bytes = b"13") -> bytes:
+def raw_upgrade(
+    server: ChaosServer, path: str, version: bytes = b"13", extra: bytes = b""
+) -> bytes:
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(
             b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
             b"Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
-            b"Sec-WebSocket-Version: " + version + b"\r\n\r\n"
+            b"Sec-WebSocket-Version: " + version + b"\r\n" + extra + b"\r\n"
         )
         data = b""
         while b"\r\n\r\n" not in data:
@@ -97,6 +99,13 @@ def raw_upgrade(server: ChaosServer, path: str, version: bytes = b"13") -> bytes
                 break
             data += chunk
         return data
+
+
+def test_a_page_of_another_origin_is_refused(server: ChaosServer) -> None:
+    evil = raw_upgrade(server, "/v1/realtime", extra=b"Origin: https://evil.example\r\n")
+    assert evil.startswith(b"HTTP/1.1 403 ")
+    local = raw_upgrade(server, "/v1/realtime", extra=b"Origin: http://localhost:3000\r\n")
+    assert local.startswith(b"HTTP/1.1 101 ")
 
 
 def test_a_bad_upgrade_is_refused_over_http(server: ChaosServer) -> None:

@@ -3,6 +3,7 @@
 ==============  =============================================  ==========================
 format          a file is                                      its exchanges are found by
 ==============  =============================================  ==========================
+``session``     ``{"chaosllm": 1, "session": {"events"}}``     turns (`chaosllm.store.sessions`)
 ``chaosllm``    ``{"chaosllm": 1, "request", "response"}``     the request digest
 ``hash-keyed``  ``<sha256>.json``: ``{"response": {...}}``     the file's hash (`hashkeyed`)
 ``trace``       ``{"model_name", "turns" | "steps"}``          their order (`trace`)
