@@ -728,12 +728,17 @@ def test_overloaded_mid_stream_is_an_error_frame_after_k(server: ChaosServer) ->
 def test_every_catalogue_type_has_wire_tests() -> None:
     """Each type has its raw-socket tests here, except the wire quirks, whose socket tests
     (the SDKs, a naive parser and the bytes on the wire, per quirk) are in
-    tests/wire/test_quirks.py, and the pace, whose are in tests/engine/test_pace.py."""
+    tests/wire/test_quirks.py, the pace, whose are in tests/engine/test_pace.py, and the
+    session faults, on a WebSocket in tests/clients/test_realtime_faults.py and
+    test_gemini_live.py."""
+    from tests.clients import test_gemini_live, test_realtime_faults
     from tests.engine import test_pace
     from tests.wire import test_quirks
 
     tests = [name for name in globals() if name.startswith("test_")]
     elsewhere = {*test_quirks.QUIRKS}
+    sessions = [*vars(test_realtime_faults), *vars(test_gemini_live)]
+    elsewhere.update(t for t in FAULT_TYPES if any(n.startswith(f"test_{t}_") for n in sessions))
     if any(n.startswith("test_on_a_socket_the_pace") for n in vars(test_pace)):
         elsewhere.add("pace")
     untested = [
