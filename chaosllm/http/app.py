@@ -58,6 +58,8 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
     headers = mock_llm_headers(request.headers.items())
     if state.limiter is not None:  # the live rate limit's caller: the API key (hashed)
         headers += key_headers(request.headers.items())
+    if provider.call_headers:  # what the protocol reads off the request's headers
+        headers += tuple((n, v) for n, v in request.headers.items() if n in provider.call_headers)
     call = ProviderCall(
         provider=provider,
         path=scope["path"],
