@@ -417,6 +417,7 @@ def _parser() -> argparse.ArgumentParser:
     arm.add_argument("--contains", help="fire only when the last user message holds this text")
     arm.add_argument("--tool", help="fire only when the request offers or the answer calls it")
     arm.add_argument("--turn", type=int, help="fire only on the session's n-th request (from 1)")
+    arm.add_argument("--server", help="fire only on requests to this MCP server (/mcp/NAME)")
     for name, kind in SCHEDULE_FIELDS.items():
         arm.add_argument("--" + name.replace("_", "-"), type=kind, help=COMMON_FIELDS[name])
     profile = fault_sub.add_parser("profile", help="arm a fault profile")
@@ -550,7 +551,7 @@ def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
             spec[name] = getattr(args, name)
     match = {
         k: getattr(args, k)
-        for k in ("session", "model", "path", "contains", "tool", "turn")
+        for k in ("session", "model", "path", "contains", "tool", "turn", "server")
         if getattr(args, k) is not None
     }
     if match:

@@ -8,7 +8,7 @@ import pytest
 
 from chaosllm.errors import InvalidFaultSpec
 from chaosllm.faults import FAULT_TYPES, parse_fault_spec, parse_fault_specs
-from tests.helpers import FAILURE_CLASSES, QUIRKS
+from tests.helpers import FAILURE_CLASSES, MCP_FAULTS, QUIRKS
 
 SPEC_NAMES = [
     "empty_response",
@@ -27,6 +27,7 @@ SPEC_NAMES = [
     "garbage",
     *FAILURE_CLASSES,
     *QUIRKS,
+    *MCP_FAULTS,
 ]
 
 
