@@ -244,6 +244,15 @@ def _parser() -> argparse.ArgumentParser:
         "modes other than replay)",
     )
     serve.add_argument(
+        "--mcp-upstream",
+        action="append",
+        default=[],
+        type=_named_url,
+        metavar="NAME=URL",
+        help="the real endpoint of MCP server NAME (/mcp/NAME) in the proxy modes "
+        "(repeatable); a server without one is proxied to --upstream",
+    )
+    serve.add_argument(
         "--record-dir",
         type=Path,
         metavar="DIR",
@@ -542,6 +551,14 @@ def _import(args: argparse.Namespace) -> int:
     return 1 if result.errors or result.existing else 0
 
 
+def _named_url(text: str) -> tuple[str, str]:
+    """``NAME=URL`` (``--mcp-upstream``)."""
+    name, _, url = text.partition("=")
+    if not name or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected NAME=http(s)://HOST[:PORT]/PATH, got {text!r}")
+    return name, url
+
+
 def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
     """The fault spec `chaosllm fault arm` sends: every flag given (the server refuses a
     parameter the type does not take, with the list of those it does)."""
@@ -789,6 +806,7 @@ def _serve(args: argparse.Namespace) -> int:
         match_order=args.match,
         nearest_threshold=args.nearest_threshold,
         upstream=args.upstream,
+        mcp_upstreams=dict(args.mcp_upstream),
         record_dir=record_dir,
         record_scenario=args.record_scenario,
         scenario_from_session=args.scenario_from_session,

@@ -26,6 +26,7 @@ from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
 from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
+from chaosllm.http.mcp import mcp_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
@@ -80,8 +81,9 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
     decided. (The proxy is imported when first needed: a replaying server never is.)"""
     from chaosllm.record.proxy import ProxyCall
 
-    assert state.upstream is not None
     call, entry = proxy.call, proxy.entry
+    upstream, target = state.upstream_for(call)
+    assert upstream is not None
     fault_hook = None
     if proxy.faultable:
 
@@ -98,7 +100,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         state.amend(entry, **changes)
 
     return ProxyCall(
-        upstream=state.upstream,
+        upstream=upstream,
         provider=call.provider,
         method=call.method,
         path=call.path,
@@ -114,6 +116,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         recorder=recorder,
         timing=state.config.timing,
         extra_headers=proxy.headers,
+        target=target,
     )
 
 
@@ -218,6 +221,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
         *gemini_routes(),
         *ollama_routes(),
+        *mcp_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         *control_routes(),
@@ -230,6 +234,8 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         finally:
             if chaos.upstream is not None:
                 await chaos.upstream.aclose()
+            for server in (chaos.servers or {}).values():
+                await server.aclose()
 
     app = Starlette(
         routes=routes,
