@@ -510,6 +510,26 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.add_argument("--strict", action="store_true", help="warnings fail too")
 
+    stdio = sub.add_parser(
+        "mcp-stdio",
+        help="bridge an MCP server over stdio: record it, or replay and break it",
+        description="Speak MCP's stdio transport to the agent. With -- CMD...: launch the "
+        "server command, proxy every message and record each request and its answer. With "
+        "--replay (no command): answer from --recordings, with the faults of --faults.",
+    )
+    stdio.add_argument("--name", required=True, help="the server's name (/mcp/NAME)")
+    stdio.add_argument("--recordings", action="append", type=Path, metavar="DIR", default=[])
+    stdio.add_argument("--replay", action="store_true", help="answer from the recordings")
+    stdio.add_argument("--record-dir", type=Path, metavar="DIR", help="where recordings go")
+    stdio.add_argument("--record-scenario", default="mcp-stdio", metavar="NAME")
+    stdio.add_argument("--faults", type=Path, metavar="FILE", help="fault specs (JSON)")
+    stdio.add_argument("--seed", type=int, default=0)
+    stdio.add_argument("--session", help="the chaosllm session its requests belong to")
+    stdio.add_argument("--journal", type=Path, metavar="FILE", help="write the journal here")
+    stdio.add_argument(
+        "server_command", nargs=argparse.REMAINDER, metavar="CMD", help="-- CMD ARGS..."
+    )
+
     importer = sub.add_parser(
         "import",
         help="convert other fixture formats to chaosllm recordings",
@@ -526,6 +546,35 @@ def _parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="overwrite recordings that exist in DEST"
     )
     return parser
+
+
+def _mcp_stdio(args: argparse.Namespace) -> int:
+    from chaosllm import mcp_stdio
+
+    command = list(args.server_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.replay == bool(command):
+        print("chaosllm: mcp-stdio takes --replay or -- CMD..., one of them", file=sys.stderr)
+        return 2
+    if args.replay:
+        faults = json.loads(args.faults.read_text()) if args.faults else None
+        engine = mcp_stdio.replay_engine(args.recordings, seed=args.seed, faults=faults)
+        mcp_stdio.Bridge(engine, args.name, sys.stdout, session=args.session).run(sys.stdin)
+        if args.journal is not None:
+            lines = [json.dumps(e.to_json()) for e in engine.journal.entries(None)]
+            args.journal.write_text("".join(f"{line}\n" for line in lines))
+        return 0
+    record_dir = args.record_dir or (args.recordings[0] if args.recordings else None)
+    if record_dir is None:
+        print("chaosllm: mcp-stdio needs --record-dir DIR (or --recordings DIR)", file=sys.stderr)
+        return 2
+    from chaosllm.store.redact import Redactor
+    from chaosllm.store.writer import RecordingWriter
+
+    writer = RecordingWriter(record_dir, redactor=Redactor(secrets_from_env()))
+    recorder = mcp_stdio.Recorder(command, args.name, writer, args.record_scenario, sys.stdout)
+    return recorder.run(sys.stdin)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -1027,6 +1076,8 @@ def _run(args: argparse.Namespace) -> int:
             return _doctor(args)
         if args.command == "import":
             return _import(args)
+        if args.command == "mcp-stdio":
+            return _mcp_stdio(args)
         return _ls(args)
     except ChaosLLMError as exc:
         print(f"chaosllm: error: {exc}", file=sys.stderr)
