@@ -29,6 +29,7 @@ The sessions live in a table per engine (`sessions_of`), bounded by ``--max-sess
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import weakref
 from collections import OrderedDict
@@ -83,6 +84,20 @@ class McpSessions:
         self._sessions: OrderedDict[str, McpSession] = OrderedDict()
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.tool_errors: OrderedDict[str | None, tuple[int, str]] = OrderedDict()
+        """Per chaosllm session: the journal seq and text of the last tool error (an
+        ``isError`` result) its next model request should carry."""
+
+    def tool_error(self, session: str | None, seq: int, text: str) -> None:
+        with self._lock:
+            self.tool_errors[session] = (seq, text)
+            self.tool_errors.move_to_end(session)
+            while len(self.tool_errors) > self.max_sessions:
+                self.tool_errors.popitem(last=False)
+
+    def take_tool_error(self, session: str | None) -> tuple[int, str] | None:
+        with self._lock:
+            return self.tool_errors.pop(session, None)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -239,8 +254,59 @@ def changed_tools(engine: Engine, request: Request, exchange: Exchange) -> Excha
     return replace(exchange, response=response, name=f"{exchange.name} (tools changed)")
 
 
+TOOL_ERROR_HIDDEN = "tool_error_hidden_from_model"
+"""The finding a model request gets when it does not carry the tool error before it."""
+
+
+def _error_text(plan: ResponsePlan) -> str | None:
+    """The text of a tool error (``isError: true``) a ``tools/call`` answer carries."""
+    if plan.body_length > 1 << 20:
+        return None
+    for line in plan.body().decode("utf-8", "replace").splitlines() or [""]:
+        text = line[5:] if line.startswith("data:") else line
+        try:
+            message = json.loads(text)
+        except ValueError:
+            continue
+        result = message.get("result") if isinstance(message, dict) else None
+        if isinstance(result, dict) and result.get("isError") is True:
+            parts = [c.get("text") for c in result.get("content", ()) if isinstance(c, dict)]
+            return " ".join(p for p in parts if isinstance(p, str)) or None
+    return None
+
+
+def carried(engine: Engine, request: Request) -> Chosen | None:
+    """A model request after a tool error of its session: a finding when it does not
+    carry the error's text (the agent hid it from the model)."""
+    if _is_mcp(request) or not sessions_of(engine).tool_errors:
+        return None
+    pending = sessions_of(engine).take_tool_error(request.call.session)
+    if pending is None:
+        return None
+    _, text = pending
+    calls = [e for e in engine.journal.entries(request.call.session) if e.record.tool]
+    seq = calls[-1].seq if calls else 0
+    escaped = json.dumps(text)[1:-1]
+    raw = request.call.body.decode("utf-8", "replace")
+    if text not in raw and escaped not in raw:
+        request.fields["findings"].append(
+            {
+                "name": TOOL_ERROR_HIDDEN,
+                "message": f"the tool error of #{seq} ({text[:80]!r}) is not in this request",
+                "tool_seq": seq,
+            }
+        )
+    return None
+
+
 def settled(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
-    """The session table after a fault that changes the session fired on `request`."""
+    """The session table after a fault that changes the session fired on `request`, and
+    a tool error the session's next model request should carry."""
+    if _is_mcp(request) and request.body.get("method") == "tools/call":
+        text = _error_text(plan)
+        if text is not None:
+            sessions_of(engine).tool_error(request.call.session, 0, text)
+            engine.version.bump()  # the session's next model request is checked
     fault = request.fields.get("fault")
     if not _is_mcp(request) or not isinstance(fault, dict):
         return plan
@@ -287,7 +353,7 @@ def missed(engine: Engine, request: Request) -> Decision | None:
 
 
 HOOKS: Final = Hooks(
-    before_match=(admit,),
+    before_match=(admit, carried),
     on_miss=(missed,),
     exchange=(changed_tools,),
     headers=(minted,),

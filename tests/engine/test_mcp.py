@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from chaosllm.core.verdict import findings
 from chaosllm.model import Ending
 from chaosllm.providers.mcp import (
     INVALID_REQUEST,
@@ -239,3 +240,57 @@ def test_one_journal_holds_model_and_mcp_requests(client: McpClient) -> None:
         ("notifications/initialized", None),
         ("tools/call", "search"),
     ]
+
+
+# -- verdicts -----------------------------------------------------------------------------
+
+
+def verdicts(pair: EnginePair) -> list[str]:
+    return [f.name for f in findings(pair.engine.journal.entries(), pair.engine.board.history())]
+
+
+def test_tool_executed_twice_after_retry(client: McpClient) -> None:
+    client.call()
+    assert verdicts(client.pair) == []
+    client.call()  # the same arguments again, after it had run
+    assert verdicts(client.pair) == ["tool_executed_twice_after_retry"]
+
+
+def test_a_call_retried_after_a_failure_is_no_double_execution(client: McpClient) -> None:
+    fault(client, {"type": "mcp_stream_drop", "match": {"tool": "search"}})
+    client.call()
+    client.call()
+    assert verdicts(client.pair) == []
+
+
+def test_no_reinitialize_after_session_lost(client: McpClient) -> None:
+    fault(client, {"type": "mcp_session_lost", "match": {"tool": "search"}})
+    client.call()
+    client.request("tools/list")  # with the lost session
+    assert verdicts(client.pair) == ["no_reinitialize_after_session_lost"]
+
+
+def test_reinitializing_after_a_lost_session_is_fine(client: McpClient) -> None:
+    fault(client, {"type": "mcp_session_lost", "match": {"tool": "search"}})
+    client.call()
+    client.initialize()
+    client.request("tools/list")
+    assert verdicts(client.pair) == []
+
+
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_tool_error_hidden_from_model(client: McpClient) -> None:
+    fault(client, {"type": "tool_error", "message": "index offline", "match": {"tool": "search"}})
+    client.call()
+    client.pair.send(CHAT, session="agent-1")  # the error is not in it
+    assert verdicts(client.pair) == ["tool_error_hidden_from_model"]
+
+
+def test_a_tool_error_the_model_sees_is_no_finding(client: McpClient) -> None:
+    fault(client, {"type": "tool_error", "message": "index offline", "match": {"tool": "search"}})
+    client.call()
+    told = {**CHAT, "messages": [*CHAT["messages"], {"role": "user", "content": "index offline"}]}
+    client.pair.send(told, session="agent-1")
+    assert verdicts(client.pair) == []
