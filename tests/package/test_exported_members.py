@@ -63,10 +63,13 @@ PINNED: dict[str, list[str]] = {
         "UpstreamTimeout",
     ],
     "chaosllm.strategies": [
+        "MCP_FAULTS",
         "RECOVERABLE",
         "SIMPLEST_FIRST",
         "fault_schedules",
         "faults",
+        "joint_fault_schedules",
+        "mcp_faults",
         "resilience_settings",
     ],
     "chaosllm.resilience": [
