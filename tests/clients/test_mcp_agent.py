@@ -168,3 +168,39 @@ def _shrunk(condition: Any) -> list[dict[str, Any]]:
         settings=settings(max_examples=40, database=None, deadline=None, derandomize=True),
     )
     return found
+
+
+FRAMEWORK_TABLE = {
+    # fault: (the turn still answers, the tool error's text reached the model)
+    "mcp_error": (False, None),
+    "tool_error": (False, False),
+    "mcp_timeout": (False, None),
+    "mcp_stream_drop": (False, None),
+    "mcp_session_lost": (False, None),
+    "tools_changed": (True, None),
+    "bad_tool_output": (False, None),
+}
+"""What openai-agents does with each MCP fault on its tool call (docs/mcp.md's table): a
+turn that does not answer asked the model with a tool output nobody recorded (its
+error text, not the tool's answer); after a tool error the model never sees its text."""
+
+
+@pytest.mark.parametrize("kind", list(FRAMEWORK_TABLE))
+def test_what_openai_agents_does_with_each_mcp_fault(chaos: ChaosServer, kind: str) -> None:
+    chaos.reset()
+    spec: dict[str, Any] = {"type": kind, "match": {"tool": "search"}}
+    if kind == "mcp_timeout":
+        spec["max_ms"] = 4000  # beyond the client's 2 s
+    chaos.arm(spec)
+    try:
+        answered = anyio.run(lambda: run_agent(chaos.url, restart_on_error=False)) is not None
+    except Exception:
+        answered = False
+    journal = chaos.requests(SESSION)
+    names = [f.name for f in chaos.verdict(SESSION)]
+    expected_answer, error_seen = FRAMEWORK_TABLE[kind]
+    assert answered is expected_answer
+    assert [e["method"] for e in journal if e["path"] == "/mcp/search"][-1] == "tools/call"
+    if error_seen is False:
+        assert "tool_error_hidden_from_model" in names
+    assert any(e["miss"] for e in journal) is not expected_answer
