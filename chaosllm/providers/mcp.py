@@ -354,6 +354,10 @@ class McpFaultHooks(FaultHooks):
         return server_of(body)
 
 
+_Params = Mapping[str, str]
+_Headers = Sequence[tuple[str, str]]
+
+
 def _accepts_sse(headers: Sequence[tuple[str, str]]) -> bool:
     return any(
         name == "accept" and ("text/event-stream" in value or "*/*" in value)
@@ -373,13 +377,7 @@ class Mcp(Provider):
     def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
         return self.bind_headers(body, params, query, ())
 
-    def bind_headers(
-        self,
-        body: JSON,
-        params: Mapping[str, str],
-        query: str,
-        headers: Sequence[tuple[str, str]],
-    ) -> JSON:
+    def bind_headers(self, body: JSON, params: _Params, query: str, headers: _Headers) -> JSON:
         if isinstance(body, list):
             raise InvalidRequest(
                 "A JSON-RPC batch (an array) is not accepted: the 2025-06-18 revision and "
