@@ -519,8 +519,8 @@ def _delivered(fault: Mapping[str, Any] | None) -> bool:
 
 
 def _session_lost(record: JournalRecord) -> bool:
-    fault = record.fault or {}
-    return record.status == 404 or fault.get("type") == "mcp_session_lost"
+    entry = FAULT_TYPES.get(str((record.fault or {}).get("type")))
+    return record.status == 404 or (entry is not None and entry.mcp_effect == "ends_session")
 
 
 def _mcp_findings(records: Sequence[JournalRecord]) -> list[Finding]:
