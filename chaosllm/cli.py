@@ -257,6 +257,15 @@ def _parser() -> argparse.ArgumentParser:
         "modes other than replay)",
     )
     serve.add_argument(
+        "--mcp-upstream",
+        action="append",
+        default=[],
+        type=_named_url,
+        metavar="NAME=URL",
+        help="the real endpoint of MCP server NAME (/mcp/NAME) in the proxy modes "
+        "(repeatable); a server without one is proxied to --upstream",
+    )
+    serve.add_argument(
         "--record-dir",
         type=Path,
         metavar="DIR",
@@ -430,6 +439,7 @@ def _parser() -> argparse.ArgumentParser:
     arm.add_argument("--contains", help="fire only when the last user message holds this text")
     arm.add_argument("--tool", help="fire only when the request offers or the answer calls it")
     arm.add_argument("--turn", type=int, help="fire only on the session's n-th request (from 1)")
+    arm.add_argument("--server", help="fire only on requests to this MCP server (/mcp/NAME)")
     for name, kind in SCHEDULE_FIELDS.items():
         arm.add_argument("--" + name.replace("_", "-"), type=kind, help=COMMON_FIELDS[name])
     profile = fault_sub.add_parser("profile", help="arm a fault profile")
@@ -513,6 +523,26 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.add_argument("--strict", action="store_true", help="warnings fail too")
 
+    stdio = sub.add_parser(
+        "mcp-stdio",
+        help="bridge an MCP server over stdio: record it, or replay and break it",
+        description="Speak MCP's stdio transport to the agent. With -- CMD...: launch the "
+        "server command, proxy every message and record each request and its answer. With "
+        "--replay (no command): answer from --recordings, with the faults of --faults.",
+    )
+    stdio.add_argument("--name", required=True, help="the server's name (/mcp/NAME)")
+    stdio.add_argument("--recordings", action="append", type=Path, metavar="DIR", default=[])
+    stdio.add_argument("--replay", action="store_true", help="answer from the recordings")
+    stdio.add_argument("--record-dir", type=Path, metavar="DIR", help="where recordings go")
+    stdio.add_argument("--record-scenario", default="mcp-stdio", metavar="NAME")
+    stdio.add_argument("--faults", type=Path, metavar="FILE", help="fault specs (JSON)")
+    stdio.add_argument("--seed", type=int, default=0)
+    stdio.add_argument("--session", help="the chaosllm session its requests belong to")
+    stdio.add_argument("--journal", type=Path, metavar="FILE", help="write the journal here")
+    stdio.add_argument(
+        "server_command", nargs=argparse.REMAINDER, metavar="CMD", help="-- CMD ARGS..."
+    )
+
     importer = sub.add_parser(
         "import",
         help="convert other fixture formats to chaosllm recordings",
@@ -529,6 +559,35 @@ def _parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="overwrite recordings that exist in DEST"
     )
     return parser
+
+
+def _mcp_stdio(args: argparse.Namespace) -> int:
+    from chaosllm import mcp_stdio
+
+    command = list(args.server_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.replay == bool(command):
+        print("chaosllm: mcp-stdio takes --replay or -- CMD..., one of them", file=sys.stderr)
+        return 2
+    if args.replay:
+        faults = json.loads(args.faults.read_text()) if args.faults else None
+        engine = mcp_stdio.replay_engine(args.recordings, seed=args.seed, faults=faults)
+        mcp_stdio.Bridge(engine, args.name, sys.stdout, session=args.session).run(sys.stdin)
+        if args.journal is not None:
+            lines = [json.dumps(e.to_json()) for e in engine.journal.entries(None)]
+            args.journal.write_text("".join(f"{line}\n" for line in lines))
+        return 0
+    record_dir = args.record_dir or (args.recordings[0] if args.recordings else None)
+    if record_dir is None:
+        print("chaosllm: mcp-stdio needs --record-dir DIR (or --recordings DIR)", file=sys.stderr)
+        return 2
+    from chaosllm.store.redact import Redactor
+    from chaosllm.store.writer import RecordingWriter
+
+    writer = RecordingWriter(record_dir, redactor=Redactor(secrets_from_env()))
+    recorder = mcp_stdio.Recorder(command, args.name, writer, args.record_scenario, sys.stdout)
+    return recorder.run(sys.stdin)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -554,6 +613,14 @@ def _import(args: argparse.Namespace) -> int:
     return 1 if result.errors or result.existing else 0
 
 
+def _named_url(text: str) -> tuple[str, str]:
+    """``NAME=URL`` (``--mcp-upstream``)."""
+    name, _, url = text.partition("=")
+    if not name or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected NAME=http(s)://HOST[:PORT]/PATH, got {text!r}")
+    return name, url
+
+
 def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
     """The fault spec `chaosllm fault arm` sends: every flag given (the server refuses a
     parameter the type does not take, with the list of those it does)."""
@@ -563,7 +630,7 @@ def _arm_spec(args: argparse.Namespace) -> dict[str, object]:
             spec[name] = getattr(args, name)
     match = {
         k: getattr(args, k)
-        for k in ("session", "model", "path", "contains", "tool", "turn")
+        for k in ("session", "model", "path", "contains", "tool", "turn", "server")
         if getattr(args, k) is not None
     }
     if match:
@@ -808,6 +875,7 @@ def _serve(args: argparse.Namespace) -> int:
         match_order=args.match,
         nearest_threshold=args.nearest_threshold,
         upstream=args.upstream,
+        mcp_upstreams=dict(args.mcp_upstream),
         record_dir=record_dir,
         record_scenario=args.record_scenario,
         scenario_from_session=args.scenario_from_session,
@@ -1030,6 +1098,8 @@ def _run(args: argparse.Namespace) -> int:
             return _doctor(args)
         if args.command == "import":
             return _import(args)
+        if args.command == "mcp-stdio":
+            return _mcp_stdio(args)
         return _ls(args)
     except ChaosLLMError as exc:
         print(f"chaosllm: error: {exc}", file=sys.stderr)

@@ -335,6 +335,11 @@ class ServerConfig:
     """Live rate limits (``--rate-limit rpm=N,tpm=M``); None: off."""
     memo_bytes: int = 32 << 20
     """What the engine's memo of worked-out answers may hold (``--memo-bytes``; 0: none)."""
+    mcp_upstreams: Mapping[str, str] = field(default_factory=dict)
+    """Each MCP server's real endpoint in the proxy modes (``--mcp-upstream NAME=URL``); a
+    server without one is proxied to `upstream` + ``/mcp/NAME``."""
+    mcp_stream_ms: float = 300_000.0
+    """How long an MCP GET stream (server-to-client) stays open at most."""
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -353,6 +353,7 @@ class ChaosServer:
         nearest_threshold: float = 0.9,
         mode: str | Mode = Mode.REPLAY,
         upstream: str | None = None,
+        mcp_upstreams: Mapping[str, str] | None = None,
         record_dir: str | Path | None = None,
         record_scenario: str = DEFAULT_RECORD_SCENARIO,
         scenario_from_session: bool = False,
@@ -421,6 +422,7 @@ class ChaosServer:
         self.config = ServerConfig(
             recordings=dirs,
             mode=mode,
+            mcp_upstreams=dict(mcp_upstreams or {}),
             on_miss=OnMiss.parse(on_miss) if isinstance(on_miss, str) else on_miss,
             seed=seed,
             timing=scale,

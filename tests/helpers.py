@@ -70,6 +70,17 @@ QUIRKS = (
 )
 """The wire quirks and the pace, in the catalogue's order (after the failure classes)."""
 
+MCP_FAULTS = (
+    "mcp_error",
+    "tool_error",
+    "mcp_timeout",
+    "mcp_stream_drop",
+    "mcp_session_lost",
+    "tools_changed",
+    "bad_tool_output",
+)
+"""The MCP servers' faults (SPEC §5), in the spec's order (after the quirks)."""
+
 CLOCK_SLACK = 0.02
 """Lower bounds on elapsed time allow this much: asyncio fires a timer up to one clock
 resolution early, and a test measured a 200 ms stall as 0.197 s."""

@@ -95,11 +95,12 @@ class EnginePair:
         path: str = CHAT,
         session: str | None = None,
         raw: bytes | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> Decision:
         provider = provider_for_path(path) or PROVIDERS["openai.chat"]
         data = raw if raw is not None else json.dumps(body).encode()
         return self.engine.handle(
-            ProviderCall(provider=provider, path=path, body=data, session=session)
+            ProviderCall(provider=provider, path=path, body=data, session=session, headers=headers)
         )
 
     def send(self, body: Any, **kwargs: Any) -> Answer:

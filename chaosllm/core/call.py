@@ -151,6 +151,7 @@ class Request:
             body=self.body,
             answer=answer,
             answer_known=answer_known,
+            server=call.provider.faults.server_name(self.body),
         )
 
     def journal_fields(self) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def default_hooks() -> Hooks:
     """The core's reviewers and every compatibility plug-in, in the order they run: the
     request's checks, the answer adapted (a trace step's bindings, then the workspace),
     the answer to serve checked (structured outputs), ``--strict`` last."""
-    from chaosllm.core import review
+    from chaosllm.core import mcp, review
     from chaosllm.core.compat import docsgpt, ironclaw, structured
 
     return (
@@ -77,4 +77,5 @@ def default_hooks() -> Hooks:
         + structured.HOOKS
         + Hooks(review=(review.strict,))
         + docsgpt.HOOKS
+        + mcp.HOOKS
     )

@@ -141,6 +141,8 @@ class JournalRecord(NamedTuple):
     gets of it, unless it leaves first: the report's ``frames_sent`` says what was sent)."""
     rate_limited: bool = False
     """The live rate limit (``--rate-limit``) answered: the caller's buckets were empty."""
+    tool: str | None = None
+    """The tool an MCP ``tools/call`` calls (its ``method`` is the JSON-RPC method)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +168,7 @@ class JournalRecord(NamedTuple):
             "retry_after": self.retry_after,
             "code": self.code,
             "rate_limited": self.rate_limited,
+            **({"tool": self.tool} if self.tool is not None else {}),
         }
 
 

@@ -47,6 +47,20 @@ rests on and a one-line explanation:
     an attempt after a streaming attempt that delivered frames and did not succeed
     (whether the client then deduplicated what it had shown is its own business; the
     restart is stated).
+
+MCP requests (``/mcp/{server}``) are no model calls: the findings above leave them out,
+and these are about them (`_mcp_findings`):
+
+``tool_executed_twice_after_retry``
+    a ``tools/call`` with the same arguments (the same digest) again, in the same
+    session, after one had been answered with a result: the agent ran the tool twice
+    (typically after retrying the model call that asked for it).
+``no_reinitialize_after_session_lost``
+    a request to an MCP server whose session was lost (a 404 on its session id), and the
+    session's next request to that server is not ``initialize``.
+``tool_error_hidden_from_model``
+    a tool error (an ``isError`` result), then a model request of the session that does
+    not carry its text (the engine's MCP hooks note it as the request's finding).
 """
 
 from __future__ import annotations
@@ -73,6 +87,9 @@ RETRIED_NON_RETRYABLE = "retried_non_retryable"
 GAVE_UP_EARLY = "gave_up_early"
 DUPLICATE_AFTER_SUCCESS = "duplicate_after_success"
 STREAM_RESTARTED_MID_ANSWER = "stream_restarted_mid_answer"
+TOOL_EXECUTED_TWICE_AFTER_RETRY = "tool_executed_twice_after_retry"
+NO_REINITIALIZE_AFTER_SESSION_LOST = "no_reinitialize_after_session_lost"
+TOOL_ERROR_HIDDEN_FROM_MODEL = "tool_error_hidden_from_model"
 
 FINDING_NAMES = (
     RETRY_AFTER_IGNORED,
@@ -82,6 +99,9 @@ FINDING_NAMES = (
     GAVE_UP_EARLY,
     DUPLICATE_AFTER_SUCCESS,
     STREAM_RESTARTED_MID_ANSWER,
+    TOOL_EXECUTED_TWICE_AFTER_RETRY,
+    NO_REINITIALIZE_AFTER_SESSION_LOST,
+    TOOL_ERROR_HIDDEN_FROM_MODEL,
 )
 """Every finding's name, in the spec's order."""
 
@@ -448,11 +468,14 @@ def findings(
     entry that does not name one."""
     by_seq = {f.request_seq: f for f in fired if f.request_seq is not None}
     sessions: dict[str | None, list[_Attempt]] = {}
+    records = list(records)
+    found: list[Finding] = _mcp_findings([_record_of(item) for item in records])
     for item in records:
+        if _record_of(item).path.startswith(_MCP_PREFIX):
+            continue  # a tool server's request: `_mcp_findings`
         attempt = _attempt(item, by_seq)
         if attempt is not None:
             sessions.setdefault(attempt.session, []).append(attempt)
-    found: list[Finding] = []
     for attempts in sessions.values():
         attempts.sort(key=lambda a: a.seq)
         calls, duplicates = _calls(attempts)
@@ -477,3 +500,70 @@ def format_findings(found: Sequence[Finding]) -> str:
         + f" #{', #'.join(str(s) for s in f.seqs)}: {f.explanation}"
         for f in found
     )
+
+
+# -- MCP servers ------------------------------------------------------------------------
+
+_MCP_PREFIX = "/mcp/"
+_INITIALIZE = frozenset({"initialize", "server/discover"})
+
+
+def _record_of(item: JournalEntry | JournalRecord) -> JournalRecord:
+    return item.record if isinstance(item, JournalEntry) else item
+
+
+def _delivered(fault: Mapping[str, Any] | None) -> bool:
+    """Whether the client got the tool's answer (no fault, or one that delivers it)."""
+    entry = FAULT_TYPES.get(str(fault.get("type"))) if fault is not None else None
+    return fault is None or (entry is not None and entry.delivers_answer)
+
+
+def _session_lost(record: JournalRecord) -> bool:
+    entry = FAULT_TYPES.get(str((record.fault or {}).get("type")))
+    return record.status == 404 or (entry is not None and entry.mcp_effect == "ends_session")
+
+
+def _mcp_findings(records: Sequence[JournalRecord]) -> list[Finding]:
+    """The MCP findings (see the module doc) in `records`, in journal order."""
+    found: list[Finding] = []
+    executed: dict[tuple[str | None, str], JournalRecord] = {}
+    lost: dict[tuple[str | None, str], JournalRecord] = {}
+    for record in sorted(records, key=lambda r: r.seq):
+        for finding in record.findings:
+            if finding.get("name") == TOOL_ERROR_HIDDEN_FROM_MODEL:
+                seqs = (int(finding.get("tool_seq") or record.seq), record.seq)
+                text = f"#{record.seq} asked the model without the tool error of #{seqs[0]}"
+                found.append(Finding(TOOL_ERROR_HIDDEN_FROM_MODEL, seqs, text, record.session))
+        if not record.path.startswith(_MCP_PREFIX):
+            continue
+        where = (record.session, record.path)
+        before = lost.pop(where, None)
+        if before is not None and record.method not in _INITIALIZE:
+            found.append(
+                Finding(
+                    NO_REINITIALIZE_AFTER_SESSION_LOST,
+                    (before.seq, record.seq),
+                    f"#{before.seq} lost the session on {record.path}; #{record.seq} sent "
+                    f"{record.method} instead of initialize",
+                    record.session,
+                )
+            )
+        if _session_lost(record):
+            lost[where] = record
+        if record.tool is None or record.digest is None:
+            continue
+        key = (record.session, record.digest)
+        first = executed.get(key)
+        if first is not None:
+            found.append(
+                Finding(
+                    TOOL_EXECUTED_TWICE_AFTER_RETRY,
+                    (first.seq, record.seq),
+                    f"#{record.seq} called the tool {record.tool!r} again with the arguments "
+                    f"#{first.seq} had already run with",
+                    record.session,
+                )
+            )
+        elif record.status == 200 and not record.miss and _delivered(record.fault):
+            executed[key] = record
+    return found

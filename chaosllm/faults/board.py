@@ -92,6 +92,8 @@ class RequestInfo:
     answer_known: bool = True
     """False before a proxied request's upstream has answered (`answer` is not yet
     known)."""
+    server: str | None = None
+    """The named (MCP) server the request addresses; None: a model request."""
 
 
 class _Facts:
@@ -189,6 +191,11 @@ class ArmedFault:
             )
             and (m.stream is None or m.stream == request.stream)
             and (m.turn is None or m.turn == request.turn)
+            and (
+                request.server == m.server
+                if m.server is not None
+                else request.server is None or self.spec.entry.mcp
+            )
         ):
             return False
         if not m.reads_body:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chaosllm.faults import live as lv
+from chaosllm.faults import mcp
 from chaosllm.faults import session as ws
 from chaosllm.faults import transform as t
 from chaosllm.model import JSON, ResponsePlan
@@ -142,6 +143,12 @@ class FaultType:
     session: ws.SessionTransform | None = None
     """Its transformation of a WebSocket session's turn (`chaosllm.faults.session`); None:
     it never fires on a session."""
+    mcp: bool = False
+    """An MCP fault: it fires on MCP requests (any server, or ``match.server``'s); any
+    other type fires on an MCP request only when its ``match.server`` names the server."""
+    mcp_effect: str | None = None
+    """What firing does to the MCP session (``ends_session``, ``changes_tools``: the
+    engine's MCP hooks, `chaosllm.core.mcp`, write it); None: nothing."""
     retryable: bool | None = None
     """Whether a client should send the request it broke again (the verdicts of
     `chaosllm.core.verdict`): True for a transient failure that a retry cures (not
@@ -579,6 +586,81 @@ CATALOGUE: tuple[FaultType, ...] = (
         simplicity=30,
     ),
     *_SESSION_FAULTS,
+    # -- MCP servers (`chaosllm.faults.mcp`; match.server, match.tool) --
+    FaultType(
+        name="mcp_error",
+        summary="a JSON-RPC error answers the MCP request (-32600..-32603, -32002, any code)",
+        params={
+            "code": Param(
+                int, None, "the JSON-RPC error code (default -32603, internal error)", -(2**31)
+            ),
+            "message": _MESSAGE,
+        },
+        transform=mcp.mcp_error,
+        on_request=mcp.mcp_request,
+        mcp=True,
+        simplicity=40,
+    ),
+    FaultType(
+        name="tool_error",
+        summary="the tools/call result is a tool error (isError: true)",
+        params={"message": _MESSAGE},
+        transform=mcp.tool_error,
+        on_request=mcp.tool_call,
+        mcp=True,
+        simplicity=41,
+    ),
+    FaultType(
+        name="mcp_timeout",
+        summary="the MCP answer's head, then no answer until the client cancels or max_ms",
+        params={
+            "max_ms": Param(float, 30_000.0, "longest silence", 0, 3_600_000, draw=Draw.STALL_MS)
+        },
+        transform=mcp.mcp_timeout,
+        on_request=mcp.mcp_request,
+        silence_param="max_ms",
+        retryable=True,
+        mcp=True,
+        simplicity=42,
+    ),
+    FaultType(
+        name="mcp_stream_drop",
+        summary="the call's SSE stream ends after after_events events: progress, no result",
+        params={"after_events": Param(int, 0, "events sent before the stream ends", 0)},
+        transform=mcp.mcp_stream_drop,
+        on_request=mcp.mcp_stream,
+        retryable=True,
+        mcp=True,
+        simplicity=43,
+    ),
+    FaultType(
+        name="mcp_session_lost",
+        summary="404 on the Mcp-Session-Id: the session is gone, initialize again",
+        transform=mcp.mcp_session_lost,
+        on_request=mcp.mcp_request,
+        mcp_effect="ends_session",
+        mcp=True,
+        simplicity=44,
+    ),
+    FaultType(
+        name="tools_changed",
+        summary="notifications/tools/list_changed before the answer, then another tool list",
+        transform=mcp.tools_changed,
+        on_request=mcp.mcp_stream,
+        mcp_effect="changes_tools",
+        delivers_answer=True,
+        mcp=True,
+        simplicity=45,
+    ),
+    FaultType(
+        name="bad_tool_output",
+        summary="the tools/call result's structuredContent does not match its outputSchema",
+        transform=mcp.bad_tool_output,
+        applies=mcp.has_structured_content,
+        on_request=mcp.tool_call,
+        mcp=True,
+        simplicity=46,
+    ),
 )
 """Every fault type, in the spec's order (the order listings and errors use)."""
 

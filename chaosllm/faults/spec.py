@@ -51,7 +51,9 @@ COMMON_FIELDS: Mapping[str, str] = {
     "(0-1, default 1)",
     "match": "which requests it fires on: an object with any of path, model, session, "
     "stream, contains (a substring of the last user message), tool (a tool the request "
-    "offers or the answer calls), turn (the session's n-th provider request, from 1)",
+    "offers or the answer calls, the tool an MCP tools/call calls), turn (the session's n-th "
+    "provider request, from 1), server (the MCP server /mcp/{server}: without it a fault "
+    "fires on model requests only, an MCP fault on any MCP server)",
     "after_requests": "let this many matching requests pass before it may fire "
     "(integer >= 0, default 0)",
     "every": "fire only on every n-th matching request (after after_requests): the n-th, "
@@ -62,7 +64,7 @@ COMMON_FIELDS: Mapping[str, str] = {
     "re-ask of the broken answer: a retry prompt, the validation error, the tool error) gets "
     "the recording this fault broke, unfaulted (journaled as match reask; default false)",
 }
-MATCH_FIELDS = ("path", "model", "session", "stream", "contains", "tool", "turn")
+MATCH_FIELDS = ("path", "model", "session", "stream", "contains", "tool", "turn", "server")
 SCHEDULE_FIELDS: Mapping[str, type] = {"after_requests": int, "every": int, "ttl_ms": float}
 """The schedule's fields beyond ``remaining`` and ``probability``, and their kinds (the
 CLI's ``fault arm`` flags and the query typing follow them)."""
@@ -95,6 +97,9 @@ class Match:
     """The name of a tool the request offers or its answer calls."""
     turn: int | None = None
     """The session's n-th provider request since the last reset (from 1)."""
+    server: str | None = None
+    """The MCP server (``/mcp/{server}``) a request addresses. A fault without one fires on
+    model requests only, an MCP fault type on any MCP server."""
 
     @property
     def reads_body(self) -> bool:
@@ -350,7 +355,7 @@ def _parse_match(value: Any, t: FaultType) -> Match:
             f"{t.name}: match has no field {sorted(unknown)[0]!r}; valid "
             f"fields: {', '.join(MATCH_FIELDS)}."
         )
-    for key in ("path", "model", "session", "contains", "tool"):
+    for key in ("path", "model", "session", "contains", "tool", "server"):
         if value.get(key) is not None:
             if not isinstance(value[key], str):
                 raise InvalidFaultSpec(

@@ -27,6 +27,7 @@ from chaosllm.http.control import ControlGuard, control_routes
 from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.live import live_routes
+from chaosllm.http.mcp import mcp_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
@@ -59,6 +60,8 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
     headers = mock_llm_headers(request.headers.items())
     if state.limiter is not None:  # the live rate limit's caller: the API key (hashed)
         headers += key_headers(request.headers.items())
+    if provider.call_headers:  # what the protocol reads off the request's headers
+        headers += tuple((n, v) for n, v in request.headers.items() if n in provider.call_headers)
     call = ProviderCall(
         provider=provider,
         path=scope["path"],
@@ -79,8 +82,9 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
     decided. (The proxy is imported when first needed: a replaying server never is.)"""
     from chaosllm.record.proxy import ProxyCall
 
-    assert state.upstream is not None
     call, entry = proxy.call, proxy.entry
+    upstream, target = state.upstream_for(call)
+    assert upstream is not None
     fault_hook = None
     if proxy.faultable:
 
@@ -97,7 +101,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         state.amend(entry, **changes)
 
     return ProxyCall(
-        upstream=state.upstream,
+        upstream=upstream,
         provider=call.provider,
         method=call.method,
         path=call.path,
@@ -113,6 +117,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         recorder=recorder,
         timing=state.config.timing,
         extra_headers=proxy.headers,
+        target=target,
     )
 
 
@@ -218,6 +223,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *gemini_routes(),
         *ollama_routes(),
         *live_routes(),
+        *mcp_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         *control_routes(),
@@ -230,6 +236,8 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         finally:
             if chaos.upstream is not None:
                 await chaos.upstream.aclose()
+            for server in (chaos.servers or {}).values():
+                await server.aclose()
 
     app = Starlette(
         routes=routes,

@@ -92,6 +92,7 @@ class DirectHandler:
         session = None
         mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
         keyed = self.state.limiter is not None  # the live rate limit's caller: the API key
+        read = provider.call_headers  # what the protocol reads off the headers
         for name, value in headers:
             if len(name) == 18 and name.lower() == SESSION_HEADER_BYTES:
                 if session is None:  # the first one, as the app reads it
@@ -100,6 +101,8 @@ class DirectHandler:
                 keyed and name.lower() in KEY_HEADER_BYTES
             ):
                 mocked.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+            elif read and (lowered := name.decode("latin-1").lower()) in read:
+                mocked.append((lowered, value.decode("latin-1")))
         return ProviderCall(
             provider=provider,
             path=path,

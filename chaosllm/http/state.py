@@ -33,6 +33,18 @@ class ChaosState(Engine):
     recordings (record, record-missing)."""
 
     upstream: Upstream | None = None
+    servers: dict[str, Upstream] | None = None
+    """Named servers' own upstreams (``--mcp-upstream NAME=URL``), by name."""
+
+    def upstream_for(self, call: ProviderCall) -> tuple[Upstream | None, str | None]:
+        """The upstream of `call` and the path to send it (None: the call's path): a named
+        server's own (its URL whole), else `upstream`."""
+        params = call.provider.path_params(call.path) if call.provider.path_templates else None
+        server = params.get("server") if params else None
+        if server is not None and self.servers and server in self.servers:
+            return self.servers[server], ""
+        return self.upstream, None
+
     """The real provider, in modes other than replay."""
     writer: RecordingWriter | None = None
     """Writes new recordings, in modes record and record-missing."""
@@ -52,6 +64,7 @@ class ChaosState(Engine):
             from chaosllm.record.proxy import Upstream  # a replaying server never needs it
 
             upstream = Upstream(config.upstream)
+            servers = {name: Upstream(url) for name, url in config.mcp_upstreams.items()}
         if config.mode in (Mode.RECORD, Mode.RECORD_MISSING):
             if config.record_dir is None:
                 raise ConfigError(f"--mode {config.mode.value} needs a directory to record to")
@@ -64,6 +77,8 @@ class ChaosState(Engine):
         state = cls(config, store, redactor=redactor, clock=clock)
         state.upstream = upstream
         state.writer = writer
+        if upstream is not None:
+            state.servers = servers
         return state
 
     def handle(self, call: ProviderCall, *, turn: int | None = None) -> Decision:

@@ -19,18 +19,21 @@ from chaosllm.providers.azure import AzureChat, AzureResponses
 from chaosllm.providers.base import ErrorKind, Provider, canonical_json, sha256_digest
 from chaosllm.providers.bedrock import BedrockConverse
 from chaosllm.providers.gemini import Gemini
+from chaosllm.providers.mcp import Mcp
 from chaosllm.providers.ollama import OllamaChat, OllamaGenerate
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.providers.openai_responses import OpenAIResponses
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "MODEL_PROVIDERS",
     "PROVIDERS",
     "AnthropicMessages",
     "AzureChat",
     "AzureResponses",
     "BedrockConverse",
     "Gemini",
+    "Mcp",
     "OllamaChat",
     "OllamaGenerate",
     "OpenAIChat",
@@ -55,8 +58,14 @@ PROVIDERS: dict[str, Provider] = {
         BedrockConverse(),
         AzureChat(),
         AzureResponses(),
+        Mcp(),
     )
 }
+
+MODEL_PROVIDERS: dict[str, Provider] = {
+    name: provider for name, provider in PROVIDERS.items() if provider.model_protocol
+}
+"""The protocols that serve models (every one but the MCP servers')."""
 
 DEFAULT_PROVIDER: Provider = PROVIDERS["openai.chat"]
 """The protocol of an answer on no provider's path (OpenAI's envelope, the model list)."""

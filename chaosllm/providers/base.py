@@ -34,7 +34,7 @@ other layers import from it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, overload
 
 from chaosllm.model import JSON
@@ -152,6 +152,11 @@ class Provider:
     client_header: ClassVar[str | None] = None
     """A request header only this protocol's SDK sends (how a shared endpoint such as
     ``GET /v1/models`` tells the protocol asking)."""
+    model_protocol: ClassVar[bool] = True
+    """Whether it serves models (False: an MCP server, `MODEL_PROVIDERS` leaves it out)."""
+    call_headers: ClassVar[frozenset[str]] = frozenset()
+    """Request headers (lower case) the protocol reads: the adapters pass them in the
+    call, and `bind_headers` folds them in (MCP's ``Accept``, ``Mcp-Session-Id``)."""
     parts: ClassVar[Parts]
     """Its codec, errors and fault hooks (the classes; `__init__` makes one of each)."""
 
@@ -183,6 +188,17 @@ class Provider:
         are never folded in. Raises `InvalidRequest` for a path or query the real API
         refuses. The body itself by default."""
         return body
+
+    def bind_headers(
+        self,
+        body: JSON,
+        params: Mapping[str, str],
+        query: str,
+        headers: Sequence[tuple[str, str]],
+    ) -> JSON:
+        """`bind` for a protocol whose `call_headers` say something about the answer too
+        (`headers`: those of the request); `bind` by default."""
+        return self.bind(body, params, query)
 
     def upstream_path(self, path: str) -> str:
         """The path the recording proxy sends upstream for a (decoded) request path: the

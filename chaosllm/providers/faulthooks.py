@@ -228,3 +228,8 @@ class FaultHooks(abc.ABC):
             return facts.names_of(self.tool_calls(copy.deepcopy(answer)))
         except (AttributeError, TypeError, KeyError):
             return frozenset()
+
+    def server_name(self, body: JSON) -> str | None:
+        """The named server a request addresses (``match.server``: an MCP server's name);
+        None (the default): a model request."""
+        return None

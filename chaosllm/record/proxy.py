@@ -499,6 +499,8 @@ class ProxyCall:
     timing: float = 0.0
     """How recorded gaps scale in a faulted plan (as in replay)."""
     extra_headers: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+    """The path sent upstream, when not the provider's for `path` (a named server's URL)."""
     _raw_extra: list[tuple[bytes, bytes]] = field(default_factory=list, init=False)
 
     @property
@@ -555,7 +557,7 @@ class ProxyCall:
         try:
             response = await self.upstream.send(
                 self.method,
-                self.provider.upstream_path(self.path),
+                self.provider.upstream_path(self.path) if self.target is None else self.target,
                 self.query,
                 self.headers,
                 self.content,

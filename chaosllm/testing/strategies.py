@@ -33,11 +33,14 @@ from chaosllm.faults.session import not_http
 from chaosllm.faults.transform import any_request
 
 __all__ = [
+    "MCP_FAULTS",
     "RECOVERABLE",
     "SESSION_FAULTS",
     "SIMPLEST_FIRST",
     "fault_schedules",
     "faults",
+    "joint_fault_schedules",
+    "mcp_faults",
     "resilience_settings",
 ]
 
@@ -62,6 +65,11 @@ SESSION_FAULTS: tuple[str, ...] = tuple(
 )
 """The faults of WebSocket sessions (never drawn by default: they fire on sessions only):
 ``faults(types=SESSION_FAULTS)`` draws them, ``after_events`` among their parameters."""
+MCP_FAULTS: tuple[str, ...] = tuple(
+    name for name in SIMPLEST_FIRST if FAULT_TYPES[name].mcp and not FAULT_TYPES[name].silence_param
+)
+"""The MCP servers' faults `mcp_faults` draws by default (``mcp_timeout``, which leaves a
+client to its own timeout, only when named)."""
 
 _RETRYABLE_STATUSES = (500, 502, 503, 504, 529)
 
@@ -206,6 +214,11 @@ def fault_schedules(
     _check_range("max_faults", max_faults, integer=True)
     if min_faults > max_faults:
         raise InvalidArgument(f"min_faults={min_faults} is more than max_faults={max_faults}")
+    _check_options(fault_options)
+    return st.lists(faults(types=types, **fault_options), min_size=min_faults, max_size=max_faults)
+
+
+def _check_options(fault_options: dict[str, Any]) -> None:
     unknown = set(fault_options) - {
         "max_after_chunks",
         "max_retry_after",
@@ -219,4 +232,57 @@ def fault_schedules(
     }
     if unknown:
         raise InvalidArgument(f"unknown option {sorted(unknown)[0]!r} for fault_schedules")
-    return st.lists(faults(types=types, **fault_options), min_size=min_faults, max_size=max_faults)
+
+
+def _at(spec: dict[str, Any], server: str, tool: str | None) -> dict[str, Any]:
+    match = {**spec.get("match", {}), "server": server}
+    if tool is not None:
+        match["tool"] = tool
+    return {**spec, "match": match}
+
+
+def mcp_faults(
+    *,
+    servers: Sequence[str],
+    tools: Sequence[str] = (),
+    types: Sequence[str] | None = None,
+    **fault_options: Any,
+) -> st.SearchStrategy[dict[str, Any]]:
+    """One MCP fault (of `types`, default `MCP_FAULTS`) on one of `servers`
+    (``match.server``), on any tool or one of `tools` (``match.tool``, shrinking toward any
+    tool). `fault_options` as `faults` takes them."""
+    if isinstance(servers, str) or not servers or not all(isinstance(s, str) for s in servers):
+        raise InvalidArgument(f"servers must be a non-empty sequence of names, got {servers!r}")
+    if isinstance(tools, str) or not all(isinstance(t, str) for t in tools):
+        raise InvalidArgument(f"tools must be a sequence of tool names, got {tools!r}")
+    chosen = _check_types(types if types is not None else MCP_FAULTS)
+    tool = st.none() | st.sampled_from(list(tools)) if tools else st.none()
+    return st.tuples(
+        faults(types=chosen, **fault_options), st.sampled_from(list(servers)), tool
+    ).map(lambda drawn: _at(*drawn))
+
+
+def joint_fault_schedules(
+    *,
+    servers: Sequence[str],
+    tools: Sequence[str] = (),
+    min_faults: int = 0,
+    max_faults: int = 3,
+    model_types: Sequence[str] | None = None,
+    mcp_types: Sequence[str] | None = None,
+    **fault_options: Any,
+) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """One schedule over the model and the agent's MCP servers, for one fault board and
+    one seed: each spec a model fault (`faults`, of `model_types`) or an MCP fault
+    (`mcp_faults` on `servers`, of `mcp_types`). Shrinks toward fewer faults and toward
+    model faults first (the simplest)."""
+    _check_range("min_faults", min_faults, integer=True)
+    _check_range("max_faults", max_faults, integer=True)
+    if min_faults > max_faults:
+        raise InvalidArgument(f"min_faults={min_faults} is more than max_faults={max_faults}")
+    _check_options(fault_options)
+    either = st.one_of(
+        faults(types=model_types, **fault_options),
+        mcp_faults(servers=servers, tools=tools, types=mcp_types, **fault_options),
+    )
+    return st.lists(either, min_size=min_faults, max_size=max_faults)

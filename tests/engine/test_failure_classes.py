@@ -19,7 +19,7 @@ from chaosllm.core.engine import Engine, ProviderCall, Reply
 from chaosllm.core.verdict import Tolerances, findings
 from chaosllm.faults import FAULT_TYPES, parse_fault_spec, parse_fault_specs
 from chaosllm.paths import shipped_dir
-from chaosllm.providers import PROVIDERS, Provider
+from chaosllm.providers import MODEL_PROVIDERS, PROVIDERS, Provider
 from chaosllm.store.profiles import load_profile
 from chaosllm.store.recordings import RecordingStore
 from chaosllm.strategies import RECOVERABLE
@@ -222,7 +222,7 @@ def message_of(name: str, reply: Reply) -> str:
 
 
 def test_every_provider_has_a_case_and_an_expectation() -> None:
-    assert set(CASES) == set(PROVIDERS) == set(EXPECTED)
+    assert set(CASES) == set(MODEL_PROVIDERS) == set(EXPECTED)
     assert all(set(table) == set(ERRORS) for table in EXPECTED.values())
     assert set(CLASSES) <= set(FAULT_TYPES)
 
@@ -251,7 +251,7 @@ def test_each_class_in_each_protocols_shape(name: str, type_: str, stream: bool)
 
 
 def test_the_message_parameter_replaces_the_wording() -> None:
-    for name in PROVIDERS:
+    for name in MODEL_PROVIDERS:
         client = Client.new()
         client.arm({"type": "insufficient_quota", "message": "pay up"})
         assert message_of(name, client.send(name, stream=False)) == "pay up", name
@@ -325,7 +325,7 @@ FILTERED = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", sorted(MODEL_PROVIDERS))
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_content_filter_cuts_the_answer_and_says_why(name: str, stream: bool) -> None:
     provider = PROVIDERS[name]
@@ -376,7 +376,7 @@ def test_content_filter_drops_the_tool_calls() -> None:
 
 def test_content_filter_is_not_consumed_by_an_error_answer() -> None:
     spec = parse_fault_spec({"type": "content_filter"})
-    for provider in PROVIDERS.values():
+    for provider in MODEL_PROVIDERS.values():
         assert not spec.entry.applies(provider, provider.errors.error_answer("boom", status=500))
 
 
@@ -395,7 +395,7 @@ OVERLOAD_FRAME = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", sorted(MODEL_PROVIDERS))
 def test_overloaded_after_k_frames_is_the_protocols_error_event(name: str) -> None:
     provider = PROVIDERS[name]
     clean = Client.new().send(name, stream=True).plan.pieces

@@ -67,6 +67,8 @@ def test_the_catalogue_says_which_failures_a_retry_cures() -> None:
         "stall",
         "garbage",
         "overloaded",
+        "mcp_timeout",
+        "mcp_stream_drop",
     }
     assert retryable_type("http_error") is None  # its status decides
     assert retryable_type("error_in_200") is None  # an answer came, damaged
@@ -433,6 +435,9 @@ def test_a_finding_in_json() -> None:
         "gave_up_early",
         "duplicate_after_success",
         "stream_restarted_mid_answer",
+        "tool_executed_twice_after_retry",
+        "no_reinitialize_after_session_lost",
+        "tool_error_hidden_from_model",
     )
 
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from chaosllm.providers import PROVIDERS
+from chaosllm.providers import MODEL_PROVIDERS, PROVIDERS
 from chaosllm.providers.base import FAILURE_STATUSES, Failure, FailureReply, filtered_text
 from tests.helpers import recording
 
 pytestmark = pytest.mark.timeout(30)
 
-STATUSES: dict[str, dict[Failure, int]] = {name: dict(FAILURE_STATUSES) for name in PROVIDERS}
+STATUSES: dict[str, dict[Failure, int]] = {name: dict(FAILURE_STATUSES) for name in MODEL_PROVIDERS}
 STATUSES["anthropic.messages"].update({Failure.QUOTA_EXHAUSTED: 400, Failure.OVERLOADED: 529})
 STATUSES["gemini.generate_content"][Failure.KEY_REFUSED] = 400
 STATUSES["bedrock.converse"][Failure.KEY_REFUSED] = 403
@@ -58,7 +58,7 @@ def find(value: Any, key: str) -> Any:
     return None
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", sorted(MODEL_PROVIDERS))
 @pytest.mark.parametrize("failure", list(Failure), ids=[f.name for f in Failure])
 def test_each_failure_has_the_protocols_status_and_envelope(name: str, failure: Failure) -> None:
     provider = PROVIDERS[name]
@@ -72,7 +72,7 @@ def test_each_failure_has_the_protocols_status_and_envelope(name: str, failure: 
     assert provider.errors.failure(failure, request, "said so").body != reply.body
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", sorted(MODEL_PROVIDERS))
 def test_an_overload_frame_is_one_of_the_protocols_frames(name: str) -> None:
     provider = PROVIDERS[name]
     frame = provider.faults.failure_frame(Failure.OVERLOADED, {})
@@ -80,7 +80,7 @@ def test_an_overload_frame_is_one_of_the_protocols_frames(name: str) -> None:
     assert provider.faults.frame_finishes(text)  # it ends the answer, as an error event does
 
 
-@pytest.mark.parametrize("name", sorted(PROVIDERS))
+@pytest.mark.parametrize("name", sorted(MODEL_PROVIDERS))
 def test_the_content_filter_cuts_a_shipped_answer(name: str) -> None:
     provider = PROVIDERS[name]
     answer = recording(ANSWERS[name])["response"]["body"]

@@ -111,6 +111,9 @@ def test_where_a_fault_applies() -> None:
     assert applies("filter_frames", ANSWER) and not applies("filter_frames", "text")
     assert applies("usage_only_frame", ANSWER) and not applies("usage_only_frame", "text")
     answers_only += ("restated_tool_args", "split_utf8", "filter_frames", "usage_only_frame")
+    structured = {"result": {"structuredContent": {"hits": 1}}}  # an MCP tool's result
+    assert applies("bad_tool_output", structured) and not applies("bad_tool_output", ANSWER)
+    answers_only += ("bad_tool_output",)
     always = [e.name for e in CATALOGUE if e.name not in answers_only]
     assert all(applies(name, "text") and applies(name, ANSWER) for name in always)
 
@@ -160,6 +163,7 @@ def test_cli_flags_are_exactly_the_catalogue_parameters() -> None:
     expected = {"--" + name.replace("_", "-") for _, name, _ in PARAMS}
     common = {"--remaining", "--probability", "--reask", "--session", "--model", "--path", "--url"}
     common |= {"--contains", "--tool", "--turn", "--after-requests", "--every", "--ttl-ms"}
+    common |= {"--server"}
     assert flags - {"--help", "--token", "--json"} == expected | common
 
 

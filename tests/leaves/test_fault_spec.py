@@ -8,7 +8,7 @@ import pytest
 
 from chaosllm.errors import InvalidFaultSpec
 from chaosllm.faults import FAULT_TYPES, parse_fault_spec, parse_fault_specs
-from tests.helpers import FAILURE_CLASSES, QUIRKS, SESSION_FAULTS
+from tests.helpers import FAILURE_CLASSES, MCP_FAULTS, QUIRKS, SESSION_FAULTS
 
 SPEC_NAMES = [
     "empty_response",
@@ -28,6 +28,7 @@ SPEC_NAMES = [
     *FAILURE_CLASSES,
     *QUIRKS,
     *SESSION_FAULTS,
+    *MCP_FAULTS,
 ]
 
 

@@ -51,6 +51,7 @@ def test_registry_routes_every_path_to_its_provider() -> None:
         "ollama.chat",
         "ollama.generate",
         "bedrock.converse",
+        "mcp",
     }
     for name, provider in PROVIDERS.items():
         assert isinstance(provider, Provider) and provider.name == name

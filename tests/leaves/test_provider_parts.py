@@ -16,6 +16,7 @@ from tests.helpers import ROOT
 PACKAGE = ROOT / "chaosllm"
 
 ROUTES = {"name", "paths", "path_templates", "client_header", "path_params", "bind"}
+ROUTES |= {"model_protocol", "call_headers", "bind_headers"}
 PARTS = {"parts", "codec", "errors", "faults"}
 DELEGATED = {
     "codec": {

@@ -63,11 +63,14 @@ PINNED: dict[str, list[str]] = {
         "UpstreamTimeout",
     ],
     "chaosllm.strategies": [
+        "MCP_FAULTS",
         "RECOVERABLE",
         "SESSION_FAULTS",
         "SIMPLEST_FIRST",
         "fault_schedules",
         "faults",
+        "joint_fault_schedules",
+        "mcp_faults",
         "resilience_settings",
     ],
     "chaosllm.resilience": [

@@ -33,7 +33,10 @@ def bind(provider: Provider, body: JSON, call: ProviderCall) -> JSON:
         if call.path not in provider.paths:
             raise InvalidRequest(f"{call.path} is not a path {provider.name} serves.")
         params = {}
-    return provider.bind(body, params, call.query.decode("latin-1"))
+    query = call.query.decode("latin-1")
+    if provider.call_headers:
+        return provider.bind_headers(body, params, query, call.headers)
+    return provider.bind(body, params, query)
 
 
 def _prepared(engine: Engine, call: ProviderCall) -> Prepared:
@@ -54,7 +57,9 @@ def prepare(engine: Engine, call: ProviderCall, turn: int) -> Request | Reply:
     """The request as the engine knows it from its body, or the provider's 400 for a
     body it refuses (and, with ``--strict``, for one the request validator finds a defect
     in)."""
-    key = (call.provider.name, call.path, call.query, call.body)
+    key: tuple[object, ...] = (call.provider.name, call.path, call.query, call.body)
+    if call.provider.call_headers:  # what they say is bound into the request
+        key += (call.headers,)
     prepared: Prepared | None = engine.memo.get(key)
     if prepared is None:
         try:

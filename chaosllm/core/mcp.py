@@ -1,0 +1,362 @@
+"""The engine's MCP hooks: the streamable HTTP transport's sessions and the answers an
+MCP server gives without a recording, registered at the engine's extension points
+(`chaosllm.core.hooks`) so that no stage names MCP.
+
+Theory of operation
+-------------------
+``before_match`` (`admit`): every MCP request is journaled with its JSON-RPC ``method``
+(and ``tool`` for ``tools/call``). In the revisions with sessions (2025-03-26 up to
+2025-11-25) a request other than ``initialize`` must carry the ``Mcp-Session-Id`` an
+``initialize`` answer minted: without one it gets a 400, with one chaosllm never minted
+(or that ended: DELETE, ``mcp_session_lost``) a 404, as the transport says. The newest
+revision (2026-07-28, ``MCP-Protocol-Version`` naming it, or ``server/discover``) has no
+sessions. Notifications and the client's responses are accepted (202, no body, nothing
+to record); ``ping`` is answered ``{}``; a method MCP does not define gets ``-32601``.
+
+``headers`` (`minted`): an ``initialize`` answer carries a fresh session id, drawn from
+the seed and the server's count of sessions (deterministic with ``--seed``).
+``exchange`` (`changed_tools`): after ``tools_changed`` fired in a session, its
+``tools/list`` answers lose a tool and gain one. ``plan`` (`settled`): a fault that
+changes the session (``mcp_session_lost`` ends it, ``tools_changed`` changes its tools)
+is written into the session table. ``on_miss`` (`missed`): a request no recording
+answers gets a JSON-RPC error (``-32001``, HTTP 200) carrying its own id and naming the
+nearest recordings, never a 404, which clients read as a lost session.
+
+The sessions live in a table per engine (`sessions_of`), bounded by ``--max-sessions``
+(a session forgotten is a lost session: the client initializes again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
+
+from chaosllm.config import Mode, OnMiss
+from chaosllm.core.call import Chosen, Decision, Headers, Request
+from chaosllm.core.hooks import Hooks
+from chaosllm.core.stages import finish
+from chaosllm.errors import NoMatch
+from chaosllm.faults import FAULT_TYPES
+from chaosllm.model import JSON, Exchange, RecordedRequest, RecordedResponse, ResponsePlan
+from chaosllm.providers.mcp import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    METHODS,
+    MODERN_VERSIONS,
+    NO_RECORDING_CODE,
+    PROTOCOL_HEADER,
+    SESSION_HEADER,
+    error_message,
+    is_request,
+    rpc_id,
+    server_of,
+    tool_of,
+)
+
+if TYPE_CHECKING:
+    from chaosllm.core.engine import Engine
+
+__all__ = ["ADDED_TOOL", "HOOKS", "McpSession", "McpSessions", "session_problem", "sessions_of"]
+
+ADDED_TOOL: Final = "chaosllm_added_tool"
+"""The tool a ``tools_changed`` session's list gains."""
+
+
+@dataclass(slots=True)
+class McpSession:
+    server: str
+    changed: str | None = None
+    """``tools_changed`` fired: the tool its lists lose ("": the first one)."""
+
+
+class McpSessions:
+    """The MCP sessions of one engine: minted by ``initialize``, ended by DELETE or a
+    lost session, least recently used first, bounded."""
+
+    def __init__(self, max_sessions: int, seed: int) -> None:
+        self.max_sessions = max_sessions
+        self.seed = seed
+        self._sessions: OrderedDict[str, McpSession] = OrderedDict()
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.tool_errors: OrderedDict[str | None, tuple[int, str]] = OrderedDict()
+        """Per chaosllm session: the journal seq and text of the last tool error (an
+        ``isError`` result) its next model request should carry."""
+
+    def tool_error(self, session: str | None, seq: int, text: str) -> None:
+        with self._lock:
+            self.tool_errors[session] = (seq, text)
+            self.tool_errors.move_to_end(session)
+            while len(self.tool_errors) > self.max_sessions:
+                self.tool_errors.popitem(last=False)
+
+    def take_tool_error(self, session: str | None) -> tuple[int, str] | None:
+        with self._lock:
+            return self.tool_errors.pop(session, None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def mint(self, server: str) -> str:
+        with self._lock:
+            number = self._counts[server] = self._counts.get(server, 0) + 1
+            if len(self._counts) > self.max_sessions:
+                self._counts.pop(next(iter(self._counts)))
+            digest = hashlib.sha256(f"{self.seed}:{server}:{number}".encode()).hexdigest()
+            session_id = digest[:32]
+            self._sessions[session_id] = McpSession(server)
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+            return session_id
+
+    def get(self, session_id: str | None, server: str) -> McpSession | None:
+        """The live session of `server` with that id (None: none, or ended)."""
+        if session_id is None:
+            return None
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None or session.server != server:
+                return None
+            self._sessions.move_to_end(session_id)
+            return session
+
+    def end(self, session_id: str | None) -> bool:
+        """End a session; whether it was live."""
+        with self._lock:
+            return self._sessions.pop(session_id or "", None) is not None
+
+    def change_tools(self, session_id: str | None, tool: str | None) -> None:
+        with self._lock:
+            session = self._sessions.get(session_id or "")
+            if session is not None:
+                session.changed = tool or ""
+
+
+_TABLES: weakref.WeakKeyDictionary[Engine, McpSessions] = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def sessions_of(engine: Engine) -> McpSessions:
+    """The engine's MCP session table (made on first use)."""
+    table = _TABLES.get(engine)
+    if table is None:
+        with _TABLES_LOCK:
+            table = _TABLES.get(engine)
+            if table is None:
+                config = engine.config
+                table = _TABLES[engine] = McpSessions(config.max_sessions, config.seed)
+    return table
+
+
+def _is_mcp(request: Request) -> bool:
+    return request.call.provider.name == "mcp"
+
+
+def _header(headers: Headers, name: str) -> str | None:
+    return next((value for key, value in headers if key == name), None)
+
+
+def session_problem(
+    engine: Engine, server: str, headers: Headers, method: str | None
+) -> tuple[int, str] | None:
+    """Why a request to `server` with these headers has no session (the HTTP status and
+    the message), or None: it needs none (``initialize``, the newest revision) or has one."""
+    if method in ("initialize", "server/discover"):
+        return None
+    if _header(headers, PROTOCOL_HEADER) in MODERN_VERSIONS:
+        return None
+    session_id = _header(headers, SESSION_HEADER)
+    if session_id is None:
+        return 400, "Bad Request: Missing session ID (Mcp-Session-Id): initialize first."
+    if sessions_of(engine).get(session_id, server) is None:
+        return 404, f"Session not found: {session_id!r} (initialize again for a new session)."
+    return None
+
+
+def _answer(request: Request, message: JSON, status: int = 200, how: str = "mcp") -> Chosen:
+    """A made-up answer: `message` (None: an accepted notification, 202)."""
+    call = request.call
+    exchange = Exchange(
+        provider=call.provider.name,
+        request=RecordedRequest(method="POST", path=call.path, body=request.body),
+        response=RecordedResponse(status=status, body=message),
+        digest=request.digest,
+        name="(mcp)",
+        scenario="(mcp)",
+    )
+    request.fields["match"] = how
+    return Chosen(exchange, None, (("x-chaosllm-match", how),))
+
+
+def admit(engine: Engine, request: Request) -> Chosen | None:
+    """The session's check and the answers that need no recording (see the module doc)."""
+    if not _is_mcp(request):
+        return None
+    request.keep = False  # sessions decide answers
+    body = request.body
+    method = body.get("method")
+    request.fields["method"] = method if isinstance(method, str) else "(response)"
+    tool = tool_of(body)
+    if tool is not None:
+        request.fields["tool"] = tool
+    server = server_of(body) or ""
+    problem = session_problem(engine, server, request.call.headers, method)
+    if problem is not None:
+        status, text = problem
+        request.fields["error"] = text
+        return _answer(request, error_message(None, INVALID_REQUEST, text), status, "session")
+    if not is_request(body):
+        return _answer(request, None, 202, "accepted")
+    if method == "ping":
+        return _answer(request, {"jsonrpc": "2.0", "id": rpc_id(body), "result": {}})
+    if method not in METHODS:
+        text = f"Method not found: {method!r} is no MCP method."
+        return _answer(request, error_message(None, METHOD_NOT_FOUND, text))
+    return None
+
+
+def minted(engine: Engine, request: Request) -> Headers:
+    """A fresh ``Mcp-Session-Id`` on an ``initialize`` answer (the sessions' revisions)."""
+    if not _is_mcp(request) or request.body.get("method") != "initialize":
+        return ()
+    session_id = sessions_of(engine).mint(server_of(request.body) or "")
+    return (("mcp-session-id", session_id),)
+
+
+def changed_tools(engine: Engine, request: Request, exchange: Exchange) -> Exchange:
+    """A ``tools/list`` answer after ``tools_changed``: one tool gone, one new."""
+    if not _is_mcp(request) or request.body.get("method") != "tools/list":
+        return exchange
+    session = sessions_of(engine).get(
+        _header(request.call.headers, SESSION_HEADER), server_of(request.body) or ""
+    )
+    answer = exchange.response.body
+    result = answer.get("result") if isinstance(answer, dict) else None
+    if session is None or session.changed is None or not isinstance(result, dict):
+        return exchange
+    tools = [t for t in result.get("tools", ()) if isinstance(t, dict)]
+    gone = session.changed or (tools[0].get("name") if tools else None)
+    kept = [t for t in tools if t.get("name") != gone]
+    kept.append(
+        {
+            "name": ADDED_TOOL,
+            "description": "A tool the server added after notifications/tools/list_changed.",
+            "inputSchema": {"type": "object", "properties": {}},
+        }
+    )
+    body = {**answer, "result": {**result, "tools": kept}}
+    response = replace(exchange.response, body=body, chunks=None)
+    return replace(exchange, response=response, name=f"{exchange.name} (tools changed)")
+
+
+TOOL_ERROR_HIDDEN = "tool_error_hidden_from_model"
+"""The finding a model request gets when it does not carry the tool error before it."""
+
+
+def _error_text(plan: ResponsePlan) -> str | None:
+    """The text of a tool error (``isError: true``) a ``tools/call`` answer carries."""
+    if plan.body_length > 1 << 20:
+        return None
+    for line in plan.body().decode("utf-8", "replace").splitlines() or [""]:
+        text = line[5:] if line.startswith("data:") else line
+        try:
+            message = json.loads(text)
+        except ValueError:
+            continue
+        result = message.get("result") if isinstance(message, dict) else None
+        if isinstance(result, dict) and result.get("isError") is True:
+            parts = [c.get("text") for c in result.get("content", ()) if isinstance(c, dict)]
+            return " ".join(p for p in parts if isinstance(p, str)) or None
+    return None
+
+
+def carried(engine: Engine, request: Request) -> Chosen | None:
+    """A model request after a tool error of its session: a finding when it does not
+    carry the error's text (the agent hid it from the model)."""
+    if _is_mcp(request) or not sessions_of(engine).tool_errors:
+        return None
+    pending = sessions_of(engine).take_tool_error(request.call.session)
+    if pending is None:
+        return None
+    _, text = pending
+    calls = [e for e in engine.journal.entries(request.call.session) if e.record.tool]
+    seq = calls[-1].seq if calls else 0
+    escaped = json.dumps(text)[1:-1]
+    raw = request.call.body.decode("utf-8", "replace")
+    if text not in raw and escaped not in raw:
+        request.fields["findings"].append(
+            {
+                "name": TOOL_ERROR_HIDDEN,
+                "message": f"the tool error of #{seq} ({text[:80]!r}) is not in this request",
+                "tool_seq": seq,
+            }
+        )
+    return None
+
+
+def settled(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
+    """The session table after a fault that changes the session fired on `request`, and
+    a tool error the session's next model request should carry."""
+    if _is_mcp(request) and request.body.get("method") == "tools/call":
+        text = _error_text(plan)
+        if text is not None:
+            sessions_of(engine).tool_error(request.call.session, 0, text)
+            engine.version.bump()  # the session's next model request is checked
+    fault = request.fields.get("fault")
+    if not _is_mcp(request) or not isinstance(fault, dict):
+        return plan
+    entry = FAULT_TYPES.get(str(fault.get("type")))
+    effect = entry.mcp_effect if entry is not None else None
+    session_id = _header(request.call.headers, SESSION_HEADER)
+    if effect == "ends_session":
+        sessions_of(engine).end(session_id)
+    elif effect == "changes_tools":
+        match = fault.get("match")
+        tool = match.get("tool") if isinstance(match, dict) else None
+        sessions_of(engine).change_tools(session_id, tool)
+    return plan
+
+
+def missed(engine: Engine, request: Request) -> Decision | None:
+    """A miss as a JSON-RPC error with the request's id, naming the nearest recordings
+    (HTTP 200: a 404 would read as a lost session)."""
+    if (
+        not _is_mcp(request)
+        or engine.config.mode is Mode.RECORD_MISSING
+        or engine.config.on_miss is OnMiss.FALLBACK
+    ):
+        return None
+    call = request.call
+    try:
+        engine.matcher.match(
+            call.provider, request.body, request.digest, call.session, consume=False
+        )
+        explanation = "No recording answers this request."
+    except NoMatch as exc:
+        explanation = exc.explanation
+    message = error_message(
+        rpc_id(request.body),
+        NO_RECORDING_CODE,
+        f"chaosllm: no recording answers {request.body.get('method')} on MCP server "
+        f"{server_of(request.body)!r}. {explanation}",
+        {"digest": request.digest, "code": "no_recording"},
+    )
+    exchange = _answer(request, message, how="miss").exchange
+    plan = call.provider.render(exchange, request.body, timing=engine.config.timing)
+    headers = (("x-chaosllm-match", "miss"), ("x-chaosllm-digest", request.digest))
+    return finish.missed(engine, request, plan.with_(headers=plan.headers + headers))
+
+
+HOOKS: Final = Hooks(
+    before_match=(admit, carried),
+    on_miss=(missed,),
+    exchange=(changed_tools,),
+    headers=(minted,),
+    plan=(settled,),
+)
+"""The MCP transport's hooks (composed by `chaosllm.core.hooks.default_hooks`)."""

@@ -1,0 +1,250 @@
+"""The official mcp SDK client against chaosllm's MCP endpoint: a session recorded through
+chaosllm from a loopback server written with the SDK's own server side, replayed with
+that server stopped, and the MCP faults as the SDK sees them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from chaosllm.server import ChaosServer
+from tests.mcp_server import serving_mcp
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
+
+TOKEN = "Bearer sk-mcp-secret-0123456789"
+
+
+@asynccontextmanager
+async def connect(url: str, *, session: str = "agent", **options: Any) -> AsyncIterator[Client]:
+    """The SDK's client over streamable HTTP (the 2025-11-25 revision: sessions), sending
+    an API key chaosllm must never write down."""
+    headers = {"authorization": TOKEN, "x-chaosllm-session": session}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10.0)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", **options) as client:
+            yield client
+
+
+async def agent_session(client: Client) -> dict[str, Any]:
+    """What an agent does with a server: list, call (with progress), read, prompt."""
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    tools = await client.list_tools()
+    result = await client.call_tool("search", {"q": "chaos"}, progress_callback=on_progress)
+    resources = await client.list_resources()
+    readme = await client.read_resource("doc://readme")
+    prompt = await client.get_prompt("ask", {"topic": "faults"})
+    return {
+        "tools": [t.name for t in tools.tools],
+        "result": result.structured_content,
+        "is_error": result.is_error,
+        "progress": seen,
+        "resources": [str(r.uri) for r in resources.resources],
+        "readme": readme.contents[0].text,  # type: ignore[union-attr]
+        "prompt": prompt.messages[0].content.text,  # type: ignore[union-attr]
+    }
+
+
+def run(exercise: Callable[[], Awaitable[Any]]) -> Any:
+    async def bounded() -> Any:
+        with anyio.fail_after(30):
+            return await exercise()
+
+    return anyio.run(bounded)
+
+
+def test_a_session_recorded_through_chaosllm_replays_with_the_server_stopped(
+    tmp_path: Path,
+) -> None:
+    record_dir = tmp_path / "rec"
+    with serving_mcp() as (upstream, server):
+        with ChaosServer(
+            tmp_path / "none",
+            mode="record",
+            upstream="http://127.0.0.1:9",
+            mcp_upstreams={"search": upstream},
+            record_dir=record_dir,
+        ) as chaos:
+
+            async def record() -> dict[str, Any]:
+                async with connect(f"{chaos.url}/mcp/search") as client:
+                    return await agent_session(client)
+
+            recorded = run(record)
+        assert server.calls == ["chaos"]
+    files = sorted(record_dir.rglob("*.json"))
+    assert len(files) >= 6  # initialize, tools/list, tools/call, resources, read, prompt
+    text = "".join(f.read_text() for f in files)
+    assert "sk-mcp-secret" not in text and "authorization" not in text.lower()
+    assert {json.loads(f.read_text())["provider"] for f in files} == {"mcp"}
+
+    with ChaosServer(record_dir) as chaos:  # the upstream is stopped
+
+        async def replay() -> dict[str, Any]:
+            async with connect(f"{chaos.url}/mcp/search") as client:
+                return await agent_session(client)
+
+        replayed = run(replay)
+        journal = chaos.requests()
+    assert replayed == recorded
+    assert replayed["result"] == {"hits": 5, "query": "chaos"} and replayed["progress"] == [0.5]
+    methods = [e["method"] for e in journal]
+    assert methods[:3] == ["initialize", "notifications/initialized", "tools/list"]
+    call = next(e for e in journal if e["method"] == "tools/call")
+    assert call["tool"] == "search" and call["path"] == "/mcp/search"
+    assert call["session"] == "agent" and call["match"] == "exact"
+
+
+# -- each MCP fault as the SDK's client sees it -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An agent session recorded through chaosllm from the loopback server."""
+    root = tmp_path_factory.mktemp("mcp")
+    with (
+        serving_mcp() as (upstream, _),
+        ChaosServer(
+            root / "none",
+            mode="record",
+            upstream="http://127.0.0.1:9",
+            mcp_upstreams={"search": upstream},
+            record_dir=root / "rec",
+        ) as chaos,
+    ):
+
+        async def record() -> None:
+            async with connect(f"{chaos.url}/mcp/search") as client:
+                await agent_session(client)
+
+        run(record)
+    return root / "rec"
+
+
+def faulted(recorded: Path, spec: dict[str, Any], exercise: Any, **options: Any) -> Any:
+    """`exercise(client)` against a replay of `recorded` with `spec` armed."""
+    with ChaosServer(recorded) as chaos:
+        chaos.arm(spec)
+
+        async def go() -> Any:
+            async with connect(f"{chaos.url}/mcp/search", **options) as client:
+                return await exercise(client)
+
+        return run(go), chaos.requests()
+
+
+async def call(client: Client) -> Any:
+    await client.list_tools()
+    return await client.call_tool("search", {"q": "chaos"})
+
+
+def test_tool_error_is_a_result_with_is_error(recorded: Path) -> None:
+    spec = {"type": "tool_error", "message": "index offline", "match": {"tool": "search"}}
+    result, journal = faulted(recorded, spec, call)
+    assert result.is_error is True and result.content[0].text == "index offline"
+    (entry,) = [e for e in journal if e["fault"]]
+    assert entry["method"] == "tools/call" and entry["tool"] == "search"
+
+
+def test_mcp_error_raises_the_code(recorded: Path) -> None:
+    spec = {"type": "mcp_error", "code": -32002, "message": "no such resource"}
+
+    async def failing(client: Client) -> Any:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"q": "chaos"})
+        return raised.value
+
+    error, _ = faulted(recorded, {**spec, "match": {"server": "search", "tool": "search"}}, failing)
+    assert error.code == -32002 and error.message == "no such resource"
+
+
+def test_mcp_session_lost_then_a_new_session_works(recorded: Path) -> None:
+    async def lost(client: Client) -> Any:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"q": "chaos"})
+        with pytest.raises(MCPError):
+            await client.list_tools()  # the session is gone for good
+        return raised.value
+
+    with ChaosServer(recorded) as chaos:
+        chaos.arm({"type": "mcp_session_lost", "match": {"tool": "search"}})
+
+        async def go() -> tuple[Any, Any]:
+            async with connect(f"{chaos.url}/mcp/search") as client:
+                error = await lost(client)
+            async with connect(f"{chaos.url}/mcp/search") as client:  # initialize again
+                return error, await client.call_tool("search", {"q": "chaos"})
+
+        error, result = run(go)
+    assert "Session terminated" in error.message
+    assert result.structured_content == {"hits": 5, "query": "chaos"}
+
+
+DROP = {"type": "mcp_stream_drop", "after_events": 1}
+
+
+def test_mcp_stream_drop_sends_progress_and_never_the_result(recorded: Path) -> None:
+    seen: list[float] = []
+
+    async def dropped(client: Client) -> Any:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"q": "chaos"}, progress_callback=on_progress)
+        return raised.value
+
+    error, _ = faulted(recorded, {**DROP, "match": {"tool": "search"}}, dropped)
+    assert seen == [0.5] and "without a response" in error.message
+
+
+def test_mcp_timeout_leaves_the_client_to_its_read_timeout(recorded: Path) -> None:
+    async def timed_out(client: Client) -> Any:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("search", {"q": "chaos"}, read_timeout_seconds=0.5)
+        return raised.value
+
+    spec = {"type": "mcp_timeout", "max_ms": 5000, "match": {"tool": "search"}}
+    error, journal = faulted(recorded, spec, timed_out)
+    assert "Timed out" in error.message or "timed out" in error.message.lower()
+    assert any(e["method"] == "notifications/cancelled" for e in journal)  # cancellation sent
+
+
+def test_tools_changed_notifies_and_lists_other_tools(recorded: Path) -> None:
+    notes: list[str] = []
+
+    async def handler(message: Any) -> None:
+        notes.append(type(message).__name__)
+
+    async def changed(client: Client) -> Any:
+        await client.call_tool("search", {"q": "chaos"})
+        return [t.name for t in (await client.list_tools()).tools]
+
+    spec = {"type": "tools_changed", "match": {"tool": "search"}}
+    tools, _ = faulted(recorded, spec, changed, message_handler=handler)
+    assert tools == ["chaosllm_added_tool"]
+    assert any("ToolListChanged" in note for note in notes), notes
+
+
+def test_bad_tool_output_fails_the_sdk_schema_check(recorded: Path) -> None:
+    async def checked(client: Client) -> Any:
+        with pytest.raises(RuntimeError) as raised:
+            await call(client)
+        return raised.value
+
+    error, _ = faulted(recorded, {"type": "bad_tool_output"}, checked)
+    assert "Invalid structured content" in str(error)

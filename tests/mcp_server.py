@@ -1,0 +1,65 @@
+"""A loopback MCP server written with the mcp SDK's own server side (MCPServer over
+streamable HTTP, served by uvicorn in a thread): the upstream chaosllm records."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+
+from tests.helpers import free_port
+
+
+class Hits(BaseModel):
+    hits: int
+    query: str
+
+
+def search_server() -> MCPServer:
+    server = MCPServer("search")
+    calls: list[str] = []
+
+    @server.tool()
+    async def search(q: str, ctx: Context) -> Hits:
+        """Count the documents about q."""
+        calls.append(q)
+        await ctx.report_progress(0.5, 1.0, "searching")
+        return Hits(hits=len(q), query=q)
+
+    @server.resource("doc://readme")
+    def readme() -> str:
+        return "chaosllm breaks tool servers on purpose."
+
+    @server.prompt()
+    def ask(topic: str) -> str:
+        return f"Tell me about {topic}."
+
+    server.calls = calls  # type: ignore[attr-defined]
+    return server
+
+
+@contextmanager
+def serving_mcp(server: MCPServer | None = None) -> Iterator[tuple[str, Any]]:
+    """The server on a loopback port: its endpoint URL and the server; stopped on exit."""
+    server = server or search_server()
+    app = server.streamable_http_app()
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    runner = uvicorn.Server(config)
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not runner.started:
+        assert time.monotonic() < deadline, "the MCP server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", server
+    finally:
+        runner.should_exit = True
+        thread.join(10)

@@ -1,0 +1,130 @@
+"""MCP's streamable HTTP on a raw socket, on each server (builtin, h11, uvicorn): the
+POST with its session, the GET stream, DELETE, and the transport's error answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaosllm.server import ChaosServer
+from tests.helpers import read_head, read_until_eof
+from tests.mcp_helpers import INIT_PARAMS, write_recordings
+
+pytestmark = pytest.mark.timeout(30)
+
+SERVERS = ["builtin", "h11", "uvicorn"]
+
+
+def read_whole(sock: socket.socket) -> tuple[int, bytes, bytes]:
+    """A response read to EOF (``connection: close``), a chunked body joined."""
+    data = read_until_eof(sock)
+    head, _, body = data.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in head.lower():
+        joined = b""
+        while body:
+            size, _, rest = body.partition(b"\r\n")
+            length = int(size, 16)
+            if length == 0:
+                break
+            joined, body = joined + rest[:length], rest[length + 2 :]
+        body = joined
+    return int(head.split(b" ")[1]), head, body
+
+
+def send(
+    server: ChaosServer,
+    method: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    *,
+    read: Any = read_whole,
+) -> tuple[int, bytes, bytes]:
+    head = {
+        "host": f"127.0.0.1:{server.port}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        "connection": "close",
+        **(headers or {}),
+    }
+    lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"{method} /mcp/search HTTP/1.1\r\n{lines}\r\n".encode() + body)
+        result: tuple[int, bytes, bytes] = read(sock)
+        return result
+
+
+def rpc(method: str, rpc_id: int | None = 1, params: Any = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+    if rpc_id is not None:
+        message["id"] = rpc_id
+    return json.dumps(message).encode()
+
+
+def header(head: bytes, name: str) -> str | None:
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        key, _, value = line.partition(":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return None
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    with ChaosServer(write_recordings(tmp_path), server=request.param, max_body_bytes=4096) as s:
+        yield s
+
+
+def test_a_session_on_a_raw_socket(server: ChaosServer) -> None:
+    status, head, body = send(server, "POST", rpc("initialize", 1, INIT_PARAMS))
+    assert status == 200 and b"event: message" in body and b'"id": 1' in body
+    session = header(head, "mcp-session-id")
+    assert session is not None
+    with_session = {"mcp-session-id": session}
+    status, _, body = send(server, "POST", rpc("notifications/initialized", None), with_session)
+    assert status == 202 and body == b""
+    status, _, body = send(server, "POST", rpc("tools/list", 2), with_session)
+    assert status == 200 and b'"search"' in body
+    # the GET stream opens (then this client leaves)
+    status, head, _ = send(server, "GET", b"", with_session, read=read_head)
+    assert status == 200 and "text/event-stream" in (header(head, "content-type") or "")
+    assert send(server, "DELETE", b"", with_session)[0] == 200
+    status, _, body = send(server, "POST", rpc("tools/list", 3), with_session)
+    assert status == 404 and json.loads(body)["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "code"),
+    [
+        (b"{nope", {"mcp-session-id": "x"}, 400, -32700),
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', {}, 400, -32600),
+        (rpc("tools/list"), {}, 400, -32600),  # no session id
+        (rpc("tools/list"), {"mcp-session-id": "never-minted"}, 404, -32600),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * 5000 + b'"}',
+            {},
+            413,
+            None,
+        ),
+    ],
+    ids=["malformed", "batch", "no-session", "unknown-session", "oversized"],
+)
+def test_bad_input_gets_the_transport_answers(
+    server: ChaosServer, body: bytes, headers: dict[str, str], status: int, code: int | None
+) -> None:
+    got, _, answer = send(server, "POST", body, headers)
+    assert got == status
+    error = json.loads(answer)
+    assert error["jsonrpc"] == "2.0" and "error" in error
+    if code is not None:
+        assert error["error"]["code"] == code
+    assert all(e["recording"] is None for e in server.requests())
+
+
+def test_get_and_delete_need_a_session(server: ChaosServer) -> None:
+    assert send(server, "GET", b"", read=read_head)[0] == 400
+    assert send(server, "DELETE", b"", {"mcp-session-id": "never-minted"})[0] == 404
