@@ -85,6 +85,10 @@ NATIVE_RECORDING = json.loads(
     (shipped_dir("recordings") / "simple-chat" / "0001.json").read_text("utf-8")
 )
 
+SESSION_RECORDING = json.loads(
+    (shipped_dir("recordings") / "realtime-text" / "0001.json").read_text("utf-8")
+)
+
 SAMPLES: dict[str, tuple[str, Any, int]] = {
     # format: (file under the recordings directory, its content, exchanges it holds)
     "chaosllm": ("simple-chat/0001.json", NATIVE_RECORDING, 1),
@@ -95,6 +99,8 @@ SAMPLES: dict[str, tuple[str, Any, int]] = {
     ),
     "trace": ("advanced/echo.json", TRACE, 2),
     "vcr": ("cassettes/chat.yaml", CASSETTE, 1),
+    # a WebSocket session: no HTTP exchange (the session store loads it)
+    "session": ("realtime-text/0001.json", SESSION_RECORDING, 0),
 }
 
 
@@ -177,6 +183,9 @@ def test_each_format_is_detected_and_parsed(tmp_path: Path, name: str) -> None:
 
     exchanges = read_file(path, root=tmp_path)
     assert len(exchanges) == count
+    if not count:  # a session recording: for the session store, none for this one
+        assert read_file(path, root=tmp_path, fmt=name) == []
+        return
     assert {e.keyed_by for e in exchanges} == {entry.keying}
     assert {e.meta.get("format", NATIVE) for e in exchanges} == {name}
     assert {e.source for e in exchanges} == {str(path)}
@@ -200,7 +209,8 @@ def test_a_directory_of_every_format_loads_into_one_store(tmp_path: Path) -> Non
     store = RecordingStore.load([tmp_path])
     assert store.errors == []
     assert len(store.exchanges) == sum(count for _, _, count in SAMPLES.values())
-    assert {s["format"] for s in store.summary()} == set(FORMATS)
+    # the formats that hold exchanges (a session recording holds none)
+    assert {s["format"] for s in store.summary()} == {n for n, (_, _, k) in SAMPLES.items() if k}
     assert store.sequence_scenarios == {"advanced/echo": "spot-echo"}
     assert store.alias_keyings == {"openai.chat": frozenset({Keying.HASH_KEYED})}
 
@@ -230,7 +240,10 @@ def test_detection_is_first_match_in_registry_order() -> None:
     assert FORMATS["trace"].detect(Path("x.json"), both)
     assert detect(Path("x.json"), both) == "vcr" and names.index("vcr") < names.index("trace")
     native = {"request": {"body": {}}, "response": {"content": "hi"}}
-    assert detect(Path("x.json"), native) == NATIVE and names[0] == NATIVE
+    assert detect(Path("x.json"), native) == NATIVE
+    # a session recording has "chaosllm": 1 too: its entry is asked first
+    assert names[:2] == ["session", NATIVE]
+    assert detect(Path("x.json"), SESSION_RECORDING) == "session"
     # JSON that is not an object is a (bad) native recording, so its error says why
     assert detect(Path("x.json"), [1, 2]) == NATIVE
     assert detect(Path("x.yaml"), [1, 2]) == UNKNOWN

@@ -373,6 +373,7 @@ def test_every_fault_of_the_catalogue_fires_on_gemini() -> None:
         for kind in FAULT_TYPES
         if applies(kind)
         and not FAULT_TYPES[kind].mcp  # an MCP server's faults fire on MCP requests only
+        and FAULT_TYPES[kind].session is None  # a session's fire on WebSocket sessions only
         and not any(fires(kind, name, stream) for name in names for stream in (False, True))
     ]
     assert silent == []

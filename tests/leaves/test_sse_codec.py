@@ -24,6 +24,7 @@ from chaosllm.providers.sse import (
     iter_events,
     split_frames,
 )
+from chaosllm.store.formats.session import is_session
 from tests.helpers import split_in_pieces
 
 RECORDINGS = shipped_dir("recordings")
@@ -34,6 +35,7 @@ def shipped() -> list[tuple[str, dict[str, Any]]]:
     return [
         (path.relative_to(RECORDINGS).with_suffix("").as_posix(), json.loads(path.read_bytes()))
         for path in sorted(RECORDINGS.glob("*/*.json"))
+        if not is_session(json.loads(path.read_bytes()))  # WebSocket sessions: no stream
     ]
 
 
