@@ -26,7 +26,8 @@ builtin in (in brackets), so ``except ValueError`` written before the tree still
     │   ├── UpstreamTimeout               connecting, sending or waiting took too long
     │   ├── ClosedBeforeAnswer            closed (or not HTTP) before an answer
     │   ├── ResetBeforeAnswer             reset before an answer
-    │   └── DroppedMidAnswer              the answer stopped before its end
+    │   ├── DroppedMidAnswer              the answer stopped before its end
+    │   └── UpstreamTooLarge              a head, body or decoded body over its bound
     ├── ResilienceViolation (AssertionError)   a client broke a resilience property
     │   └── Hung                          a call did not finish within its bound
     └── BaselineFailed (RuntimeError)     `chaosllm probe`: the program fails with no fault
@@ -65,6 +66,7 @@ __all__ = [
     "UnsafePath",
     "UpstreamError",
     "UpstreamTimeout",
+    "UpstreamTooLarge",
 ]
 
 
@@ -174,6 +176,11 @@ class ResetBeforeAnswer(UpstreamError):
 
 class DroppedMidAnswer(UpstreamError):
     """The answer stopped before its end (connection closed or reset mid-body)."""
+
+
+class UpstreamTooLarge(UpstreamError):
+    """The upstream's answer is over a bound the proxy keeps: a head over 1 MiB, a body
+    over the size read whole, or a body that decodes to too much (a compression bomb)."""
 
 
 class ResilienceViolation(ChaosLLMError, AssertionError):

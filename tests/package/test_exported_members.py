@@ -61,6 +61,7 @@ PINNED: dict[str, list[str]] = {
         "UnsafePath",
         "UpstreamError",
         "UpstreamTimeout",
+        "UpstreamTooLarge",
     ],
     "chaosllm.strategies": [
         "RECOVERABLE",
