@@ -42,6 +42,7 @@ from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS, Provider, provider_for_client
 from chaosllm.providers.embeddings import PATHS as EMBEDDINGS_PATHS
 from chaosllm.providers.embeddings import embeddings_response
+from chaosllm.store.redact import credential_values
 from chaosllm.wire import PlanResponse
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
         method=scope["method"],
         headers=headers,
         query=scope.get("query_string", b""),
+        credentials=credential_values(scope["headers"], scope.get("query_string", b"")),
     )
     decision = state.handle(call)
     if isinstance(decision, Reply):
@@ -107,7 +109,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         body=proxy.body,
         entry=entry,
         amend=amend,
-        redactor=state.redactor,
+        redactor=state.redactor.carrying(call.credentials),
         fault_hook=fault_hook,
         live_hook=(lambda: state.fault_live(proxy)) if proxy.faultable else None,
         recorder=recorder,

@@ -26,6 +26,7 @@ from chaosllm.http.state import ChaosState
 from chaosllm.model import ResponsePlan
 from chaosllm.providers import provider_for_path
 from chaosllm.providers.base import ErrorKind, Provider
+from chaosllm.store.redact import credential_values
 from chaosllm.wire.asgi import ASGIApp, Receive, Scope, Send, send_plan
 
 __all__ = ["SESSION_HEADER_BYTES", "DirectFront", "DirectHandler"]
@@ -108,6 +109,7 @@ class DirectHandler:
             method=method,
             headers=tuple(mocked),
             query=query,
+            credentials=credential_values(headers, query),
         )
 
     def answer(
