@@ -326,6 +326,9 @@ class ServerConfig:
     allow_hosts: Sequence[str] = ()
     """Host names (``NAME`` or ``NAME:PORT``) the control plane answers besides loopback
     names and addresses and the server's own address (``--allow-host``)."""
+    cors: Sequence[str] = ()
+    """Origins whose web pages may read provider answers (``--cors ORIGIN``, ``*`` for
+    any): CORS headers and preflights only for them; none by default."""
     strict: bool = False
     """Refuse (400, as the provider would) a request the oracles find a defect in."""
     scenario_from_session: bool = False

@@ -24,13 +24,13 @@ from chaosllm.core.engine import ProviderCall, Proxy, Reply
 from chaosllm.core.ratelimit import key_headers
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
+from chaosllm.http.cors import Cors
 from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.live import live_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
-    CORS_HEADERS,
     SESSION_HEADER,
     chaos_state,
     error_response,
@@ -129,7 +129,7 @@ def _route(provider: Provider) -> Callable[[Request], Awaitable[PlanResponse | P
 async def embeddings(request: Request) -> Response:
     try:
         answer = embeddings_response(await json_body(request))
-        return JSONResponse(answer, headers=CORS_HEADERS)
+        return JSONResponse(answer)
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code, param=exc.param)
 
@@ -144,7 +144,7 @@ async def azure_embeddings(request: Request) -> Response:
         deployment = request.path_params.get("deployment")
         if deployment is not None and isinstance(body, dict):
             body = {**body, "model": deployment}
-        return JSONResponse(embeddings_response(body), headers=CORS_HEADERS)
+        return JSONResponse(embeddings_response(body))
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code, param=exc.param)
 
@@ -161,13 +161,7 @@ async def health(request: Request) -> Response:
 
 async def healthz(request: Request) -> Response:
     """DocsGPT's mock LLM's liveness probe, as it answers it."""
-    return JSONResponse({"ok": True}, headers=CORS_HEADERS)
-
-
-async def preflight(request: Request) -> Response:
-    """A browser's CORS preflight of a provider endpoint: allowed, as DocsGPT's mock LLM
-    allows it (never on the control plane)."""
-    return Response(status_code=204, headers=CORS_HEADERS)
+    return JSONResponse({"ok": True})
 
 
 def _endpoints() -> list[tuple[str, str]]:
@@ -216,7 +210,6 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
         *(Route(path, azure_embeddings, methods=["POST"]) for path in AZURE_EMBEDDINGS_PATHS),
         *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),
-        *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
         *gemini_routes(),
         *ollama_routes(),
         *live_routes(),
@@ -244,6 +237,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
                 token=chaos.config.control_token,
                 allow_hosts=chaos.config.allow_hosts,
             ),
+            Middleware(Cors, origins=chaos.config.cors),
         ],
         lifespan=lifespan,
     )

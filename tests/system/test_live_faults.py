@@ -173,7 +173,7 @@ def raw_request(server: ChaosServer, body: dict[str, Any] = BODY) -> socket.sock
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT)
     data = json.dumps(body).encode()
     sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
         b"authorization: Bearer sk-test\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data)
     )
     return sock
