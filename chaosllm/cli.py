@@ -360,6 +360,14 @@ def _parser() -> argparse.ArgumentParser:
         "(default 1000)",
     )
     serve.add_argument(
+        "--max-faults",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="faults that may be armed at once; past it arming is refused with a 429 "
+        "(default 10000)",
+    )
+    serve.add_argument(
         "--max-sessions",
         type=int,
         default=10_000,
@@ -775,6 +783,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_sessions < 1:
         print("chaosllm: --max-sessions must be at least 1", file=sys.stderr)
         return 2
+    if args.max_faults < 1:
+        print("chaosllm: --max-faults must be at least 1", file=sys.stderr)
+        return 2
     if args.memo_bytes < 0:
         print("chaosllm: --memo-bytes must be at least 0", file=sys.stderr)
         return 2
@@ -831,6 +842,7 @@ def _serve(args: argparse.Namespace) -> int:
         journal_size=args.journal_size,
         fault_history_size=args.fault_history_size,
         max_sessions=args.max_sessions,
+        max_faults=args.max_faults,
         memo_bytes=args.memo_bytes,
         strict=args.strict,
         rate_limit=rate_limit,

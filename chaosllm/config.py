@@ -321,6 +321,9 @@ class ServerConfig:
     """Of how many sessions the state is kept (sequence cursors, active scenario, fault
     draw ranks): the least recently used is forgotten first, and starts fresh if seen
     again."""
+    max_faults: int = 10_000
+    """How many faults may be armed at once (``--max-faults``): past it arming is refused
+    (`chaosllm.errors.TooManyFaults`, a 429 on the control plane)."""
     control_token: str | None = None
     """Required on control-plane calls when set (and for any non-loopback client)."""
     allow_hosts: Sequence[str] = ()

@@ -15,6 +15,7 @@ builtin in (in brackets), so ``except ValueError`` written before the tree still
     ├── NoMatch (LookupError)             no recording answers a request
     ├── UnknownScenario (LookupError)     a scenario name that is not loaded
     ├── InvalidFaultSpec (ValueError)     a fault spec that cannot be armed
+    ├── TooManyFaults (RuntimeError)      arming past the board's bound (--max-faults)
     ├── UnsafePath (ValueError)           a name that would escape its directory
     ├── EventStreamError (ValueError)     bytes that are not an AWS event-stream message
     ├── ServerError (RuntimeError)        the server failed to start or stop
@@ -61,6 +62,7 @@ __all__ = [
     "ResetBeforeAnswer",
     "ResilienceViolation",
     "ServerError",
+    "TooManyFaults",
     "UnknownFormat",
     "UnknownScenario",
     "UnsafePath",
@@ -125,6 +127,11 @@ class UnknownScenario(ChaosLLMError, LookupError):
 
 class InvalidFaultSpec(ChaosLLMError, ValueError):
     """A fault spec that cannot be armed; the message lists valid types and parameters."""
+
+
+class TooManyFaults(ChaosLLMError, RuntimeError):
+    """Arming these faults would put more on the board than its bound (``--max-faults``);
+    nothing was armed."""
 
 
 class UnsafePath(ChaosLLMError, ValueError):

@@ -68,10 +68,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from chaosllm.config import parse_rate_limit
 from chaosllm.core import verdict as verdicts
 from chaosllm.core.journal import JournalEntry
-from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
+from chaosllm.errors import (
+    ConfigError,
+    InvalidFaultSpec,
+    InvalidRequest,
+    TooManyFaults,
+    UnknownScenario,
+)
 from chaosllm.faults import (
     FAULT_TYPES,
     ArmedFault,
+    FaultSpec,
     describe_catalogue,
     parse_fault_specs,
     spec_from_query,
@@ -484,7 +491,18 @@ async def arm_faults(request: Request) -> Response:
         return openai_error(400, exc.message + " " + describe_catalogue(), code=exc.code)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    return _armed(state.board.arm(specs))
+    return _arm(state, specs)
+
+
+def _arm(state: Any, specs: Sequence[FaultSpec]) -> JSONResponse:
+    try:
+        return _armed(state.board.arm(specs))
+    except TooManyFaults as exc:
+        return _too_many(exc)
+
+
+def _too_many(exc: TooManyFaults) -> JSONResponse:
+    return openai_error(429, str(exc), code="too_many_faults")
 
 
 def _armed(armed: list[ArmedFault]) -> JSONResponse:
@@ -501,7 +519,7 @@ async def arm_fault_type(request: Request) -> Response:
         specs = parse_fault_specs(spec)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    return _armed(state.board.arm(specs))
+    return _arm(state, specs)
 
 
 async def list_faults(request: Request) -> Response:
@@ -568,7 +586,10 @@ async def arm_profile(request: Request) -> Response:
         return openai_error(400, exc.message, code=exc.code)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    armed = state.board.arm(profile.specs)
+    try:
+        armed = state.board.arm(profile.specs)
+    except TooManyFaults as exc:
+        return _too_many(exc)
     if profile.rate_limit is not None:
         state.set_rate_limit(profile.rate_limit)
     return JSONResponse(

@@ -56,6 +56,7 @@ PINNED: dict[str, list[str]] = {
         "ResetBeforeAnswer",
         "ResilienceViolation",
         "ServerError",
+        "TooManyFaults",
         "UnknownFormat",
         "UnknownScenario",
         "UnsafePath",
