@@ -157,6 +157,9 @@ class RequestReader:
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.pstate == BODY:  # a chunked body's trailer field: never a header
+            self.body_size += len(name) + len(value)
+            return
         if value[-1:] in (b" ", b"\t"):
             value = value.rstrip(b" \t")
         self.headers.append((name.lower(), value))
