@@ -32,9 +32,9 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-BODY = json.dumps(
-    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello."}]}
-).encode()
+_SHIPPED = Path(__file__).resolve().parents[1] / "recordings" / "simple-chat" / "0001.json"
+BODY = json.dumps(json.loads(_SHIPPED.read_text())["request"]["body"]).encode()
+"""A request a shipped recording answers (a replay, not a miss)."""
 REQUEST = (
     b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
     b"\r\nauthorization: Bearer sk-test\r\ncontent-length: %d\r\n\r\n%s" % (len(BODY), BODY)
@@ -74,12 +74,15 @@ def serving(args: list[str], tree: str | None) -> Iterator[tuple[int, subprocess
             proc.kill()
 
 
-def _probe(port: int, path: bytes = b"/__fault") -> float:
-    """Seconds for a fresh connection to get one answer."""
+def _probe(port: int, path: bytes = b"/__fault", timeout: float = 60) -> float:
+    """Seconds for a fresh connection to get one answer (`timeout` if it gets none)."""
     start = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        sock.sendall(b"GET %s HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" % path)
-        sock.recv(65536)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.sendall(b"GET %s HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" % path)
+            sock.recv(65536)
+    except TimeoutError:
+        return timeout
     return time.monotonic() - start
 
 
@@ -167,17 +170,21 @@ def pipeline(tree: str | None, server: str, clients: int, seconds: float) -> dic
                     pass
             if not progressed:
                 time.sleep(0.05)
+        during = _probe(port, b"/v1/models", timeout=10)
         time.sleep(1.0)
         grown = _rss(proc.pid) - base
-        fresh = _probe(port, b"/v1/models")
+        peak = _rss(proc.pid, "VmHWM") - base
+        fresh = _probe(port, b"/v1/models", timeout=10)
         for sock in socks:
             sock.close()
     return {
         "clients": clients,
         "bytes_sent_mb": round(sent / 2**20, 1),
         "rss_growth_mb": round(grown / 2**20, 1),
+        "peak_growth_mb": round(peak / 2**20, 1),
         "per_client_mb": round(grown / clients / 2**20, 2),
         "fresh_client_s": round(fresh, 3),
+        "fresh_client_during_s": round(during, 3),
     }
 
 
