@@ -39,6 +39,7 @@ from chaosllm.faults import FAULT_TYPES, describe_catalogue
 from chaosllm.faults.spec import COMMON_FIELDS, SCHEDULE_FIELDS
 from chaosllm.http.access import AccessLog, LineBuffer
 from chaosllm.http.control import parse_allow_hosts
+from chaosllm.http.cors import parse_cors
 from chaosllm.http.state import ChaosState
 from chaosllm.server import ServerKind, run_server, tls_files
 from chaosllm.store.formats import IMPORTABLE
@@ -368,6 +369,14 @@ def _parser() -> argparse.ArgumentParser:
         "(default 1000)",
     )
     serve.add_argument(
+        "--max-faults",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="faults that may be armed at once; past it arming is refused with a 429 "
+        "(default 10000)",
+    )
+    serve.add_argument(
         "--max-sessions",
         type=int,
         default=10_000,
@@ -408,8 +417,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST",
         action="append",
         default=[],
-        help="a Host name (NAME or NAME:PORT) the control plane answers besides loopback "
-        "names and the bound address (repeatable; against DNS rebinding, others are refused)",
+        help="a Host name (NAME or NAME:PORT) the control plane (and, bound to loopback, "
+        "every endpoint) answers besides loopback names and the bound address "
+        "(repeatable; against DNS rebinding, others are refused)",
+    )
+    serve.add_argument(
+        "--cors",
+        metavar="ORIGIN",
+        action="append",
+        default=[],
+        help="let web pages of ORIGIN (http://host:port, or '*' for any) read provider "
+        "answers: CORS headers and preflights (repeatable; none by default)",
     )
     serve.add_argument(
         "--strict",
@@ -832,6 +850,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_sessions < 1:
         print("chaosllm: --max-sessions must be at least 1", file=sys.stderr)
         return 2
+    if args.max_faults < 1:
+        print("chaosllm: --max-faults must be at least 1", file=sys.stderr)
+        return 2
     if args.memo_bytes < 0:
         print("chaosllm: --memo-bytes must be at least 0", file=sys.stderr)
         return 2
@@ -845,6 +866,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         parse_allow_hosts(args.allow_host)
+        parse_cors(args.cors)
     except ConfigError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)
         return 2
@@ -884,9 +906,11 @@ def _serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         control_token=args.control_token,
         allow_hosts=args.allow_host,
+        cors=args.cors,
         journal_size=args.journal_size,
         fault_history_size=args.fault_history_size,
         max_sessions=args.max_sessions,
+        max_faults=args.max_faults,
         memo_bytes=args.memo_bytes,
         strict=args.strict,
         rate_limit=rate_limit,

@@ -321,11 +321,17 @@ class ServerConfig:
     """Of how many sessions the state is kept (sequence cursors, active scenario, fault
     draw ranks): the least recently used is forgotten first, and starts fresh if seen
     again."""
+    max_faults: int = 10_000
+    """How many faults may be armed at once (``--max-faults``): past it arming is refused
+    (`chaosllm.errors.TooManyFaults`, a 429 on the control plane)."""
     control_token: str | None = None
     """Required on control-plane calls when set (and for any non-loopback client)."""
     allow_hosts: Sequence[str] = ()
     """Host names (``NAME`` or ``NAME:PORT``) the control plane answers besides loopback
     names and addresses and the server's own address (``--allow-host``)."""
+    cors: Sequence[str] = ()
+    """Origins whose web pages may read provider answers (``--cors ORIGIN``, ``*`` for
+    any): CORS headers and preflights only for them; none by default."""
     strict: bool = False
     """Refuse (400, as the provider would) a request the oracles find a defect in."""
     scenario_from_session: bool = False

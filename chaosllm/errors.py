@@ -15,6 +15,7 @@ builtin in (in brackets), so ``except ValueError`` written before the tree still
     ├── NoMatch (LookupError)             no recording answers a request
     ├── UnknownScenario (LookupError)     a scenario name that is not loaded
     ├── InvalidFaultSpec (ValueError)     a fault spec that cannot be armed
+    ├── TooManyFaults (RuntimeError)      arming past the board's bound (--max-faults)
     ├── UnsafePath (ValueError)           a name that would escape its directory
     ├── EventStreamError (ValueError)     bytes that are not an AWS event-stream message
     ├── ServerError (RuntimeError)        the server failed to start or stop
@@ -26,7 +27,8 @@ builtin in (in brackets), so ``except ValueError`` written before the tree still
     │   ├── UpstreamTimeout               connecting, sending or waiting took too long
     │   ├── ClosedBeforeAnswer            closed (or not HTTP) before an answer
     │   ├── ResetBeforeAnswer             reset before an answer
-    │   └── DroppedMidAnswer              the answer stopped before its end
+    │   ├── DroppedMidAnswer              the answer stopped before its end
+    │   └── UpstreamTooLarge              a head, body or decoded body over its bound
     ├── ResilienceViolation (AssertionError)   a client broke a resilience property
     │   └── Hung                          a call did not finish within its bound
     └── BaselineFailed (RuntimeError)     `chaosllm probe`: the program fails with no fault
@@ -60,11 +62,13 @@ __all__ = [
     "ResetBeforeAnswer",
     "ResilienceViolation",
     "ServerError",
+    "TooManyFaults",
     "UnknownFormat",
     "UnknownScenario",
     "UnsafePath",
     "UpstreamError",
     "UpstreamTimeout",
+    "UpstreamTooLarge",
 ]
 
 
@@ -125,6 +129,11 @@ class InvalidFaultSpec(ChaosLLMError, ValueError):
     """A fault spec that cannot be armed; the message lists valid types and parameters."""
 
 
+class TooManyFaults(ChaosLLMError, RuntimeError):
+    """Arming these faults would put more on the board than its bound (``--max-faults``);
+    nothing was armed."""
+
+
 class UnsafePath(ChaosLLMError, ValueError):
     """A file or scenario name that would escape the directory it must stay in."""
 
@@ -174,6 +183,11 @@ class ResetBeforeAnswer(UpstreamError):
 
 class DroppedMidAnswer(UpstreamError):
     """The answer stopped before its end (connection closed or reset mid-body)."""
+
+
+class UpstreamTooLarge(UpstreamError):
+    """The upstream's answer is over a bound the proxy keeps: a head over 1 MiB, a body
+    over the size read whole, or a body that decodes to too much (a compression bomb)."""
 
 
 class ResilienceViolation(ChaosLLMError, AssertionError):

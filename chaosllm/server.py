@@ -47,7 +47,8 @@ from chaosllm.core.verdict import Finding, Tolerances, findings
 from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
-from chaosllm.http.control import parse_allow_hosts
+from chaosllm.http.control import HostRule, loopback_bound, parse_allow_hosts
+from chaosllm.http.cors import parse_cors
 from chaosllm.http.direct import DirectFront, DirectHandler
 from chaosllm.http.state import ChaosState
 from chaosllm.providers import error_body_for_path
@@ -164,7 +165,10 @@ async def _serve_builtin(
             max_body_bytes=config.max_body_bytes,
             max_connections=config.max_connections,
             error_body=error_body_for_path,
-            direct=DirectHandler(app.state.chaos),
+            direct=DirectHandler(
+                app.state.chaos,
+                hosts=HostRule(config.allow_hosts) if loopback_bound(host) else None,
+            ),
             memo=app.state.chaos.memo,
             ssl=_tls(config),
         )
@@ -363,11 +367,13 @@ class ChaosServer:
         journal_size: int = 10_000,
         fault_history_size: int = 1000,
         max_sessions: int = 10_000,
+        max_faults: int = 10_000,
         memo_bytes: int = 32 << 20,
         profile: str | None = None,
         strict: bool = False,
         control_token: str | None = None,
         allow_hosts: Sequence[str] = (),
+        cors: Sequence[str] = (),
         rate_limit: str | Mapping[str, Any] | RateLimit | None = None,
         clock: Clock | None = None,
         tls: bool = False,
@@ -383,7 +389,9 @@ class ChaosServer:
         redacted from recordings.
         A `control_token`, when given, is required on every HTTP control call
         (``--control-token``); `allow_hosts` are names the control plane answers besides
-        loopback ones (``--allow-host``). The methods here call the state directly:
+        loopback ones (``--allow-host``; bound to loopback, the provider endpoints answer
+        the same names only); `cors` the origins whose pages may read answers
+        (``--cors``, ``"*"`` for any). The methods here call the state directly:
         neither applies to them. `server` is ``"builtin"`` (asyncio protocols and
         httptools, on uvloop where installed), ``"h11"`` (its pure-Python fallback) or
         ``"uvicorn"``; `max_connections` bounds the connections a builtin server holds
@@ -440,15 +448,18 @@ class ChaosServer:
             journal_size=journal_size,
             fault_history_size=fault_history_size,
             max_sessions=max_sessions,
+            max_faults=max_faults,
             memo_bytes=memo_bytes,
             control_token=control_token,
             allow_hosts=[allow_hosts] if isinstance(allow_hosts, str) else list(allow_hosts),
+            cors=[cors] if isinstance(cors, str) else list(cors),
             rate_limit=limit,
             **tls_files(tls, certfile, keyfile),
             no_audio=no_audio,
         )
         try:
             parse_allow_hosts(self.config.allow_hosts)
+            parse_cors(self.config.cors)
         except ConfigError as exc:
             raise ServerError(str(exc)) from None
         self.kind = ServerKind(server)

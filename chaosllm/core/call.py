@@ -43,6 +43,9 @@ class ProviderCall:
     headers: Headers = ()
     """Request headers, names in lower case."""
     query: bytes = b""
+    credentials: tuple[str, ...] = ()
+    """The credentials the request carries (`chaosllm.store.redact.credential_values`):
+    redacted from all that is kept of it."""
 
     def journal_fields(self, model: Any, stream: bool, digest: str | None) -> dict[str, Any]:
         """The head of the call's journal record: who asked what, how."""

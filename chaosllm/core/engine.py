@@ -77,6 +77,7 @@ class Engine:
                 seed=config.seed,
                 history_size=config.fault_history_size,
                 max_sessions=config.max_sessions,
+                max_faults=config.max_faults,
                 monotonic=self.clock.monotonic,
             )
         self.board = board

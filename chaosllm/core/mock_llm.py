@@ -24,8 +24,8 @@ On a miss the stub's generic answer is `fallback_exchange` (``--on-miss fallback
 `added_fixture` finds a ``<hash>.json`` written into a recordings directory while the
 server runs (one ``stat`` per directory and miss). The stub's delay headers map onto
 the plan's own latency (`delayed`): ``X-Mock-LLM-Total-Delay-Ms`` before the head,
-``X-Mock-LLM-Stream-Chunk-Delay-Ms`` before each frame of a stream. Answers served in
-the hash-keyed mode carry the stub's permissive CORS headers (`CORS_HEADERS`).
+``X-Mock-LLM-Stream-Chunk-Delay-Ms`` before each frame of a stream. The stub's
+permissive CORS is chaosllm's ``--cors '*'`` (`chaosllm.http.cors`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ from chaosllm.store.formats.hashkeyed import (
 
 __all__ = [
     "CHUNK_DELAY_HEADER",
-    "CORS_HEADERS",
     "DEFAULT_MODEL",
     "FALLBACK_TEXT",
     "MARKER",
@@ -99,12 +98,6 @@ DEFAULT_MODEL = "gpt-4o-mini"
 TOOLCALL_COMPLETION_TOKENS = 8
 TOTAL_DELAY_HEADER = "x-mock-llm-total-delay-ms"
 CHUNK_DELAY_HEADER = "x-mock-llm-stream-chunk-delay-ms"
-CORS_HEADERS = (
-    ("access-control-allow-origin", "*"),
-    ("access-control-allow-methods", "GET, POST, OPTIONS"),
-    ("access-control-allow-headers", "*"),
-)
-"""The stub's permissive CORS, on the answers served in the hash-keyed mode."""
 MAX_DELAY_MS = 600_000
 """The longest delay a header asks for that is honoured (the stub's ten minutes)."""
 

@@ -53,7 +53,8 @@ def forward_unparsed(engine: Engine, call: ProviderCall, *, record: bool, turn: 
         parsed = bind(call.provider, parse_json(call.body), call)
     except InvalidRequest:
         parsed = None
-    body = engine.redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
+    redactor = engine.redactor.carrying(call.credentials)
+    body = redactor.request_body(parsed, call.body) if isinstance(parsed, dict) else None
     return forward(engine, call, body, record=record, miss=False, turn=turn)
 
 

@@ -53,13 +53,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaosllm.errors import ConfigError
+from chaosllm.errors import ConfigError, TooManyFaults
 from chaosllm.faults.spec import FaultSpec
 from chaosllm.model import JSON, StateVersion
 from chaosllm.providers.base import Provider
 
 __all__ = [
     "DEFAULT_HISTORY_SIZE",
+    "DEFAULT_MAX_FAULTS",
     "DEFAULT_MAX_SESSIONS",
     "ArmedFault",
     "FaultBoard",
@@ -71,6 +72,8 @@ DEFAULT_HISTORY_SIZE = 1000
 """How many firings the history keeps (the newest): ``--fault-history-size``."""
 DEFAULT_MAX_SESSIONS = 10_000
 """How many sessions' state is kept (the most recently used): ``--max-sessions``."""
+DEFAULT_MAX_FAULTS = 10_000
+"""How many faults may be armed at once: ``--max-faults``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +260,8 @@ class FaultBoard:
     """How many firings `history` keeps (the newest; 0: none, only `counts`)."""
     max_sessions: int = DEFAULT_MAX_SESSIONS
     """Of how many sessions the draw ranks are kept (see the module doc)."""
+    max_faults: int = DEFAULT_MAX_FAULTS
+    """How many faults may be armed at once (`arm` raises `TooManyFaults` past it)."""
     monotonic: Callable[[], float] = time.monotonic
     """The clock `ttl_ms` is measured on (seconds; the engine's `Clock.monotonic`)."""
     _armed: list[ArmedFault] = field(default_factory=list)
@@ -289,6 +294,10 @@ class FaultBoard:
             isinstance(self.max_sessions, int) and self.max_sessions >= 1
         ):
             raise ConfigError(f"max sessions must be an integer >= 1, not {self.max_sessions!r}")
+        if isinstance(self.max_faults, bool) or not (
+            isinstance(self.max_faults, int) and self.max_faults >= 1
+        ):
+            raise ConfigError(f"max faults must be an integer >= 1, not {self.max_faults!r}")
         self._history = deque(maxlen=self.history_size)
 
     @staticmethod
@@ -376,8 +385,17 @@ class FaultBoard:
         return sorted((f for bucket in lists for f in bucket), key=lambda f: f.number)
 
     def arm(self, specs: Sequence[FaultSpec]) -> list[ArmedFault]:
-        """Arm validated specs, in order, all at once."""
+        """Arm validated specs, in order, all at once; `TooManyFaults` (and none armed)
+        when the board would hold more than `max_faults`."""
         with self._lock:
+            self._expire()
+            if len(self._armed) + len(specs) > self.max_faults:
+                raise TooManyFaults(
+                    f"{len(self._armed)} faults are armed and the board holds at most "
+                    f"{self.max_faults} (--max-faults): arming {len(specs)} more was refused, "
+                    f"none armed. Disarm some (DELETE /__fault, or DELETE /__fault/ID) or "
+                    f"start chaosllm with a larger --max-faults."
+                )
             now = time.time()
             ticks = self.monotonic() if any(s.ttl_ms is not None for s in specs) else 0.0
             armed = []

@@ -24,6 +24,7 @@ from chaosllm.core.engine import ProviderCall, Proxy, Reply
 from chaosllm.core.ratelimit import key_headers
 from chaosllm.errors import InvalidRequest
 from chaosllm.http.control import ControlGuard, control_routes
+from chaosllm.http.cors import Cors
 from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.live import live_routes
@@ -31,7 +32,6 @@ from chaosllm.http.mcp import mcp_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
-    CORS_HEADERS,
     SESSION_HEADER,
     chaos_state,
     error_response,
@@ -43,6 +43,7 @@ from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS, Provider, provider_for_client
 from chaosllm.providers.embeddings import PATHS as EMBEDDINGS_PATHS
 from chaosllm.providers.embeddings import embeddings_response
+from chaosllm.store.redact import credential_values
 from chaosllm.wire import PlanResponse
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
         method=scope["method"],
         headers=headers,
         query=scope.get("query_string", b""),
+        credentials=credential_values(scope["headers"], scope.get("query_string", b"")),
     )
     decision = state.handle(call)
     if isinstance(decision, Reply):
@@ -111,7 +113,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         body=proxy.body,
         entry=entry,
         amend=amend,
-        redactor=state.redactor,
+        redactor=state.redactor.carrying(call.credentials),
         fault_hook=fault_hook,
         live_hook=(lambda: state.fault_live(proxy)) if proxy.faultable else None,
         recorder=recorder,
@@ -132,7 +134,7 @@ def _route(provider: Provider) -> Callable[[Request], Awaitable[PlanResponse | P
 async def embeddings(request: Request) -> Response:
     try:
         answer = embeddings_response(await json_body(request))
-        return JSONResponse(answer, headers=CORS_HEADERS)
+        return JSONResponse(answer)
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code, param=exc.param)
 
@@ -147,7 +149,7 @@ async def azure_embeddings(request: Request) -> Response:
         deployment = request.path_params.get("deployment")
         if deployment is not None and isinstance(body, dict):
             body = {**body, "model": deployment}
-        return JSONResponse(embeddings_response(body), headers=CORS_HEADERS)
+        return JSONResponse(embeddings_response(body))
     except InvalidRequest as exc:
         return openai_error(400, exc.message, code=exc.code, param=exc.param)
 
@@ -164,13 +166,7 @@ async def health(request: Request) -> Response:
 
 async def healthz(request: Request) -> Response:
     """DocsGPT's mock LLM's liveness probe, as it answers it."""
-    return JSONResponse({"ok": True}, headers=CORS_HEADERS)
-
-
-async def preflight(request: Request) -> Response:
-    """A browser's CORS preflight of a provider endpoint: allowed, as DocsGPT's mock LLM
-    allows it (never on the control plane)."""
-    return Response(status_code=204, headers=CORS_HEADERS)
+    return JSONResponse({"ok": True})
 
 
 def _endpoints() -> list[tuple[str, str]]:
@@ -219,7 +215,6 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
         *(Route(path, azure_embeddings, methods=["POST"]) for path in AZURE_EMBEDDINGS_PATHS),
         *(Route(path, models, methods=["GET"]) for path in MODELS_PATHS),
-        *(Route(path, preflight, methods=["OPTIONS"]) for _, path in _endpoints()),
         *gemini_routes(),
         *ollama_routes(),
         *live_routes(),
@@ -250,6 +245,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
                 token=chaos.config.control_token,
                 allow_hosts=chaos.config.allow_hosts,
             ),
+            Middleware(Cors, origins=chaos.config.cors),
         ],
         lifespan=lifespan,
     )

@@ -57,6 +57,7 @@ import json
 import re
 import threading
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -67,20 +68,41 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from chaosllm.config import parse_rate_limit
 from chaosllm.core import verdict as verdicts
 from chaosllm.core.journal import JournalEntry
-from chaosllm.errors import ConfigError, InvalidFaultSpec, InvalidRequest, UnknownScenario
+from chaosllm.errors import (
+    ConfigError,
+    InvalidFaultSpec,
+    InvalidRequest,
+    TooManyFaults,
+    UnknownScenario,
+)
 from chaosllm.faults import (
     FAULT_TYPES,
     ArmedFault,
+    FaultSpec,
     describe_catalogue,
     parse_fault_specs,
     spec_from_query,
 )
 from chaosllm.faults.spec import COMMON_FIELDS, MATCH_FIELDS
-from chaosllm.http.web import SESSION_HEADER, chaos_state, json_body, openai_error
+from chaosllm.http.web import (
+    SESSION_HEADER,
+    chaos_state,
+    error_response,
+    json_body,
+    openai_error,
+)
 from chaosllm.store.profiles import Profile, list_profiles, load_profile, parse_profile
 from chaosllm.suggest import did_you_mean
 
-__all__ = ["SETTLE_LIMIT", "ControlGuard", "control_routes", "parse_allow_hosts", "settle"]
+__all__ = [
+    "SETTLE_LIMIT",
+    "ControlGuard",
+    "HostRule",
+    "control_routes",
+    "loopback_bound",
+    "parse_allow_hosts",
+    "settle",
+]
 
 CONTROL_PREFIX = "/__"
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -158,6 +180,80 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
+def loopback_bound(host: str | None) -> bool:
+    """Whether a server bound to `host` is reachable from this machine only (then its
+    provider endpoints are behind the Host rule too)."""
+    if host is None:
+        return False
+    address = _address(host.strip("[]"))
+    return host == "localhost" if address is None else address.is_loopback
+
+
+class HostRule:
+    """The one Host rule: a loopback name or address, a name of ``--allow-host``, or the
+    address the server is bound to. The control plane is always behind it; provider
+    endpoints are when the server is bound to loopback (`loopback_bound`), so a web page
+    that rebinds its own name to 127.0.0.1 can neither drive chaosllm nor read its
+    recordings."""
+
+    __slots__ = ("_plain", "allow_hosts")
+
+    def __init__(self, allow_hosts: Iterable[str] = ()) -> None:
+        self.allow_hosts = parse_allow_hosts(allow_hosts)
+        self._plain: dict[bytes, bool] = {}
+
+    def allowed(self, value: str | None, server: Sequence[Any] | None = None) -> bool:
+        """Whether a ``Host`` value (None: absent, as in HTTP/1.0) passes, for a server
+        bound to `server` (``(address, port)``)."""
+        if value is None:
+            return True
+        split = _split_host(value)
+        if split is None:
+            return False
+        host, port = split
+        if host in LOOPBACK_NAMES:
+            return True
+        if host in self.allow_hosts:
+            wanted = self.allow_hosts[host]
+            return wanted is None or wanted == port
+        address = _address(host)
+        if address is None:
+            return False
+        if address.is_loopback:
+            return True
+        bound = _address(str(server[0])) if server else None
+        return bound is not None and bound == address
+
+    def plainly(self, value: bytes) -> bool:
+        """`allowed` for a raw value without the server's address (the hot path; a
+        value refused here goes to the app, which knows that address), remembered for
+        the few values a server sees."""
+        known = self._plain.get(value)
+        if known is None:
+            known = self.allowed(value.decode("latin-1"))
+            if len(self._plain) < 256:
+                self._plain[value] = known
+        return known
+
+    def refusal(self, value: str, *, control: bool) -> str:
+        """What a refused Host is told."""
+        what = "The control plane" if control else "chaosllm (bound to loopback)"
+        return (
+            f"{what} refuses Host {value!r}: it answers only loopback names and addresses "
+            f"(localhost, 127.0.0.1, [::1]) and the server's own address, so a web page "
+            f"that rebinds its own name to this machine cannot reach it. To use chaosllm "
+            f"under another name, start it with --allow-host NAME "
+            f"(ChaosServer(allow_hosts=[NAME]))."
+        )
+
+
+def _host_of(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"host":
+            return str(value.decode("latin-1"))
+    return None
+
+
 def _headers(scope: Scope) -> dict[str, str]:
     # A repeated header keeps its first value: any of them failing a check is enough,
     # and the first is what Starlette's `Request.headers` reads too.
@@ -191,30 +287,45 @@ class ControlGuard:
     ) -> None:
         self.app = app
         self.token = token
-        self.allow_hosts = parse_allow_hosts(allow_hosts)
+        self.hosts = HostRule(allow_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(CONTROL_PREFIX):
-            headers = _headers(scope)
-            refusal = (
-                self._client_refusal(scope, headers)
-                or self._host_refusal(scope, headers)
-                or self._origin_refusal(scope, headers)
-            )
-            if refusal is None:
-                refusal = self._content_type_refusal(scope, headers)
-                if refusal is not None and _scripted(headers):
-                    # curl -d, fetch() with a string body, a script: no browser sent it
-                    # (a browser always adds Origin or Sec-Fetch-* to a cross-origin
-                    # POST), so a body that parses as JSON is JSON.
-                    body = await _read_body(receive)
-                    if _parses_as_json(body):
-                        await self.app(scope, _replay(body, receive), send)
-                        return
-                    refusal += " (The body is not valid JSON either.)"
-            if refusal is not None:
-                await openai_error(403, refusal, code="control_forbidden")(scope, receive, send)
-                return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not scope["path"].startswith(CONTROL_PREFIX):
+            server = scope.get("server")
+            if server and loopback_bound(str(server[0])):
+                host = _host_of(scope)
+                if not self.hosts.allowed(host, server):
+                    assert host is not None
+                    message = self.hosts.refusal(host, control=False)
+                    await error_response(scope["path"], 403, message, code="host_forbidden")(
+                        scope, receive, send
+                    )
+                    return
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        refusal = (
+            self._client_refusal(scope, headers)
+            or self._host_refusal(scope, headers)
+            or self._origin_refusal(scope, headers)
+        )
+        if refusal is None:
+            refusal = self._content_type_refusal(scope, headers)
+            if refusal is not None and _scripted(headers):
+                # curl -d, fetch() with a string body, a script: no browser sent it
+                # (a browser always adds Origin or Sec-Fetch-* to a cross-origin
+                # POST), so a body that parses as JSON is JSON.
+                body = await _read_body(receive)
+                if _parses_as_json(body):
+                    await self.app(scope, _replay(body, receive), send)
+                    return
+                refusal += " (The body is not valid JSON either.)"
+        if refusal is not None:
+            await openai_error(403, refusal, code="control_forbidden")(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
     def _client_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
@@ -234,35 +345,13 @@ class ControlGuard:
             "TOKEN' or 'X-Chaosllm-Token: TOKEN'."
         )
 
-    def _host_allowed(self, scope: Scope, host: str, port: int | None) -> bool:
-        if host in LOOPBACK_NAMES:
-            return True
-        if host in self.allow_hosts:
-            wanted = self.allow_hosts[host]
-            return wanted is None or wanted == port
-        address = _address(host)
-        if address is None:
-            return False
-        if address.is_loopback:
-            return True
-        server = scope.get("server")
-        bound = _address(str(server[0])) if server else None
-        return bound is not None and bound == address
-
     def _host_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
         value = headers.get("host")
         if value is None:  # HTTP/1.0: no browser sends a request without Host
             return None
-        split = _split_host(value)
-        if split is not None and self._host_allowed(scope, *split):
+        if self.hosts.allowed(value, scope.get("server")):
             return None
-        return (
-            f"The control plane refuses Host {value!r}: it answers only loopback names and "
-            f"addresses (localhost, 127.0.0.1, [::1]) and the server's own address, so a web "
-            f"page that rebinds its own name to this machine cannot reach it. To control "
-            f"chaosllm under another name, start it with --allow-host NAME "
-            f"(ChaosServer(allow_hosts=[NAME]))."
-        )
+        return self.hosts.refusal(value, control=True)
 
     def _origin_refusal(self, scope: Scope, headers: dict[str, str]) -> str | None:
         origin = headers.get("origin")
@@ -402,7 +491,18 @@ async def arm_faults(request: Request) -> Response:
         return openai_error(400, exc.message + " " + describe_catalogue(), code=exc.code)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    return _armed(state.board.arm(specs))
+    return _arm(state, specs)
+
+
+def _arm(state: Any, specs: Sequence[FaultSpec]) -> JSONResponse:
+    try:
+        return _armed(state.board.arm(specs))
+    except TooManyFaults as exc:
+        return _too_many(exc)
+
+
+def _too_many(exc: TooManyFaults) -> JSONResponse:
+    return openai_error(429, str(exc), code="too_many_faults")
 
 
 def _armed(armed: list[ArmedFault]) -> JSONResponse:
@@ -419,7 +519,7 @@ async def arm_fault_type(request: Request) -> Response:
         specs = parse_fault_specs(spec)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    return _armed(state.board.arm(specs))
+    return _arm(state, specs)
 
 
 async def list_faults(request: Request) -> Response:
@@ -486,7 +586,10 @@ async def arm_profile(request: Request) -> Response:
         return openai_error(400, exc.message, code=exc.code)
     except InvalidFaultSpec as exc:
         return _bad_spec(exc)
-    armed = state.board.arm(profile.specs)
+    try:
+        armed = state.board.arm(profile.specs)
+    except TooManyFaults as exc:
+        return _too_many(exc)
     if profile.rate_limit is not None:
         state.set_rate_limit(profile.rate_limit)
     return JSONResponse(

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from chaosllm.errors import InvalidRequest
-from chaosllm.http.web import CORS_HEADERS, chaos_state, json_body
+from chaosllm.http.web import chaos_state, json_body
 from chaosllm.providers import ollama
 
 __all__ = ["ollama_routes"]
@@ -41,7 +41,7 @@ def _answer(
 
     async def endpoint(request: Request) -> Response:
         try:
-            return JSONResponse(compute(await json_body(request), request), headers=CORS_HEADERS)
+            return JSONResponse(compute(await json_body(request), request))
         except InvalidRequest as exc:
             status = 404 if exc.code == "not_found" else 400
             return JSONResponse(ollama.error_envelope(exc.message), status_code=status)
@@ -50,11 +50,11 @@ def _answer(
 
 
 async def tags(request: Request) -> Response:
-    return JSONResponse(ollama.tags_body(_models(request)), headers=CORS_HEADERS)
+    return JSONResponse(ollama.tags_body(_models(request)))
 
 
 async def version(request: Request) -> Response:
-    return JSONResponse(ollama.version_body(), headers=CORS_HEADERS)
+    return JSONResponse(ollama.version_body())
 
 
 show = _answer(lambda body, request: ollama.show_body(body, _models(request)))

@@ -13,7 +13,8 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
   `BODY_MIN_RATE` bytes a second once `BODY_TIMEOUT_S` has passed, gets 408 (or, when
   the response has started, a close). uvicorn's own keep-alive timeout closes idle
   connections between requests. A head over `MAX_HEAD` bytes gets 431. Errors uvicorn
-  answers on its own (malformed HTTP) are JSON envelopes too.
+  answers on its own (malformed HTTP) are JSON envelopes too. A chunked body's trailer
+  fields are dropped, never merged into the request's headers.
 - **Connections** (``--max-connections``): the open-file soft limit is raised toward
   what the limit needs (the limit is lowered, with a warning, when it cannot be); when
   full, the oldest idle connection (waiting for a request, nothing of it received) is
@@ -182,6 +183,22 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
                 self._cl_bytes = 0
                 self._cl_idle()[self] = None
             self._cl_progress(0, self.loop.time())
+
+        # -- httptools' callbacks (the h11 protocol has none) ------------------------------
+
+        def on_message_begin(self) -> None:
+            self._cl_trailing = False
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._cl_trailing = True
+            super().on_headers_complete()
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            # After the head, a field is a chunked body's trailer: uvicorn would append it
+            # to the request's headers (a trailer could set the session). Dropped.
+            if not getattr(self, "_cl_trailing", False):
+                super().on_header(name, value)
 
         def send_400_response(self, msg: str) -> None:
             if not self.transport.is_closing():

@@ -8,7 +8,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chaosllm.core import mock_llm
 from chaosllm.core.engine import BAD_JSON, parse_json
 from chaosllm.http.state import ChaosState
 from chaosllm.providers import DEFAULT_PROVIDER, provider_for_path
@@ -17,7 +16,6 @@ from chaosllm.providers.openai_common import openai_envelope
 
 __all__ = [
     "BAD_JSON",
-    "CORS_HEADERS",
     "SESSION_HEADER",
     "chaos_state",
     "error_response",
@@ -27,8 +25,6 @@ __all__ = [
 ]
 
 SESSION_HEADER = "x-chaosllm-session"
-CORS_HEADERS = dict(mock_llm.CORS_HEADERS)
-"""Permissive CORS, as DocsGPT's mock LLM answers (provider endpoints only)."""
 
 
 def mock_llm_headers(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -56,6 +56,10 @@ class FrameSplitting(Protocol):
 
     frames: list[tuple[bytes, float]]
     """(exact bytes, milliseconds since the previous frame or the head)."""
+    keep: bool
+    """Whether frames are kept (False: only counted)."""
+    overflow: str | None
+    """Why the frames are not the stream's own (an unfinished frame cut at its bound)."""
 
     def feed(self, data: bytes, now: float) -> int:
         """Take the next bytes; how many frames they completed."""

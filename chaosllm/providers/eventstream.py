@@ -64,6 +64,7 @@ MAX_HEADERS_LENGTH: Final = 128 * 1024
 MAX_PAYLOAD_LENGTH: Final = 24 * 1024 * 1024
 """botocore's limits (it refuses a message beyond them)."""
 _MIN_LENGTH: Final = PRELUDE_LENGTH + 4
+_MAX_MESSAGE: Final = _MIN_LENGTH + MAX_HEADERS_LENGTH + MAX_PAYLOAD_LENGTH
 
 HeaderValue = bool | int | bytes | str | uuid.UUID
 
@@ -351,8 +352,8 @@ class MessageSplitter(FrameSplitter):
 
     __slots__ = ("_broken",)
 
-    def __init__(self, start: float, *, keep: bool = True) -> None:
-        super().__init__(start, keep=keep)
+    def __init__(self, start: float, *, keep: bool = True, max_frame: int = _MAX_MESSAGE) -> None:
+        super().__init__(start, keep=keep, max_frame=max_frame)
         self._broken = False
 
     def feed(self, data: bytes, now: float) -> int:
@@ -374,4 +375,6 @@ class MessageSplitter(FrameSplitter):
             cut += total
         if cut:
             del buffer[:cut]
-        return count
+        if self._broken:
+            self.overflow = "bytes after a broken message prelude"
+        return count + self._bound(now)

@@ -31,6 +31,7 @@ from chaosllm.model import JSON
 __all__ = [
     "DONE",
     "DONE_FRAME",
+    "MAX_FRAME",
     "SSE_HEADERS",
     "FrameSplitter",
     "data_frame",
@@ -119,17 +120,28 @@ _BOUNDARY_MARKS: Final = (b"\r\n\r\n", b"\n\n", b"\r\r")
 _LF_MARK: Final = (b"\n\n",)
 
 
+MAX_FRAME: Final = 8 << 20
+"""The most bytes an unfinished frame holds: past it the bytes are cut off as a frame of
+their own and the splitter notes `FrameSplitter.overflow` (a stream that never sends its
+blank line, or event-stream bytes after a broken prelude, stays bounded)."""
+
+
 class FrameSplitter:
     """Splits a raw SSE byte stream into frames (each with its terminating blank line),
-    timing each by the arrival of the bytes that completed it."""
+    timing each by the arrival of the bytes that completed it. Each byte is scanned
+    once, and an unfinished frame holds at most `max_frame` bytes."""
 
-    __slots__ = ("_buffer", "_last", "frames", "keep")
+    __slots__ = ("_buffer", "_cr", "_last", "frames", "keep", "max_frame", "overflow")
 
-    def __init__(self, start: float, *, keep: bool = True) -> None:
+    def __init__(self, start: float, *, keep: bool = True, max_frame: int = MAX_FRAME) -> None:
         self._buffer = bytearray()
+        self._cr = False
         self._last = start
         self.keep = keep
         """Whether frames are kept (False: only counted)."""
+        self.max_frame = max_frame
+        self.overflow: str | None = None
+        """Why the frames are not the stream's own (a frame cut at `max_frame`), if so."""
         self.frames: list[tuple[bytes, float]] = []
         """(exact bytes, milliseconds since the previous frame or the head)."""
 
@@ -138,6 +150,8 @@ class FrameSplitter:
         buffer = self._buffer
         search = max(0, len(buffer) - 3)
         buffer += data
+        if not self._cr and b"\r" in data:
+            self._cr = True
         marks = self._marks(buffer)
         cut = count = 0
         while True:
@@ -155,12 +169,24 @@ class FrameSplitter:
             cut = search = end
         if cut:
             del buffer[:cut]
-        return count
+        return count + self._bound(now)
+
+    def _bound(self, now: float) -> int:
+        """Cut an unfinished frame over `max_frame` off as a frame (1), noting why."""
+        buffer = self._buffer
+        if len(buffer) <= self.max_frame:
+            return 0
+        self.overflow = f"a frame longer than {self.max_frame} bytes (it never ended)"
+        if self.keep:
+            self.frames.append((bytes(buffer), (now - self._last) * 1000.0))
+        self._last = now
+        buffer.clear()
+        return 1
 
     def _marks(self, buffer: bytearray) -> tuple[bytes, ...]:
         """The byte sequences that end a frame (blank lines; `ndjson.LineSplitter`: a
         newline)."""
-        return _BOUNDARY_MARKS if b"\r" in buffer else _LF_MARK
+        return _BOUNDARY_MARKS if self._cr else _LF_MARK
 
     def finish(self) -> None:
         """End of stream: bytes after the last blank line join the last frame, so that

@@ -40,6 +40,7 @@ from chaosllm.errors import (
     ResetBeforeAnswer,
     UpstreamError,
     UpstreamTimeout,
+    UpstreamTooLarge,
 )
 
 __all__ = [
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 _READ_SIZE = 65536
+_MAX_HEAD = 1024 * 1024
+"""The longest answer head read (h11's bound on an incomplete event)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class _Conn:
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=1024 * 1024)
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         self.raw: socket.socket | None = raw
 
@@ -358,6 +361,10 @@ class H11Pool:
             except TimeoutError:
                 raise UpstreamTimeout(f"no answer within {self.timeouts.read:g} s") from None
             except h11.RemoteProtocolError as exc:
+                if exc.error_status_hint == 431:
+                    raise UpstreamTooLarge(
+                        f"an answer head over {_MAX_HEAD} bytes ({exc})"
+                    ) from None
                 raise ClosedBeforeAnswer(f"the answer is not HTTP: {exc}") from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 if _is_reset(exc):

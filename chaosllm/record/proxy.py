@@ -63,7 +63,7 @@ import anyio.to_thread
 
 from chaosllm.core.journal import JournalEntry, ending_of
 from chaosllm.core.report import Outcome, PlanReport
-from chaosllm.errors import ChaosLLMError, NotRecordable, PlanAborted
+from chaosllm.errors import ChaosLLMError, NotRecordable, PlanAborted, UpstreamTooLarge
 from chaosllm.faults.live import LiveChoice, LiveEnd, LiveFault
 from chaosllm.model import (
     JSON,
@@ -78,6 +78,7 @@ from chaosllm.model import (
 )
 from chaosllm.providers.base import ErrorKind, FrameSplitting, Provider
 from chaosllm.providers.sse import FrameSplitter
+from chaosllm.record.bounds import MAX_BODY, decode
 from chaosllm.record.client import (
     ClosedBeforeAnswer,
     ConnectFailed,
@@ -338,21 +339,10 @@ def forwarded_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[byte
     return out
 
 
-def _decode(data: bytes, encoding: str) -> bytes:
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return data
-    if encoding in ("gzip", "x-gzip"):
-        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        try:
-            return zlib.decompress(data)
-        except zlib.error:
-            return zlib.decompress(data, -zlib.MAX_WBITS)
-    raise NotRecordable(
-        f"the upstream answered with Content-Encoding {encoding!r}, "
-        f"which the recorder cannot decode"
-    )
+def _identity(response: Answer) -> bool:
+    """Whether the answer's body has no content coding."""
+    encoding = (response.header("content-encoding") or "identity").strip().lower()
+    return encoding in ("", "identity")
 
 
 def _is_stream(provider: Provider, response: Answer) -> bool:
@@ -568,7 +558,7 @@ class ProxyCall:
         try:
             self.amend(status=response.status)
             if self.fault_hook is None:
-                call.end = await self._stream(response, send, call)
+                await self._pass_on(response, send, call)
                 return
             fault: LiveFault | None = None
             buffered: FaultHook | None = self.fault_hook
@@ -580,7 +570,7 @@ class ProxyCall:
             elif buffered is not None:
                 call.plan = await self._buffered(response, buffered)
             else:  # no armed fault fires on it
-                call.end = await self._stream(response, send, call)
+                await self._pass_on(response, send, call)
         finally:
             if not call.handed_off:
                 with anyio.CancelScope(shield=True):
@@ -591,7 +581,13 @@ class ProxyCall:
         where = self.upstream.display
         reason = _reason(exc)
         entry = self.entry
-        if isinstance(exc, ConnectFailed):
+        if isinstance(exc, UpstreamTooLarge):
+            status, code = 502, "upstream_too_large"
+            message = (
+                f"The upstream {where} answered with more than chaosllm reads: "
+                f"{exc}. Nothing was recorded."
+            )
+        elif isinstance(exc, ConnectFailed):
             status, code = 502, "upstream_unreachable"
             message = (
                 f"chaosllm could not reach the upstream {where}: {reason}. Nothing was "
@@ -646,6 +642,68 @@ class ProxyCall:
         )
         log.warning("%s", self.entry.error)
 
+    async def _pass_on(self, response: Answer, send: Send, call: _Call) -> None:
+        """Pass the answer on as it comes (`_stream`), or, when a content-encoded one is
+        to be recorded, read it whole and decode it first (`_encoded`)."""
+        if self.recorder is not None and not _identity(response):
+            call.plan = await self._encoded(response)
+        else:
+            call.end = await self._stream(response, send, call)
+
+    async def _encoded(self, response: Answer) -> ResponsePlan:
+        """A content-encoded answer to record: read whole (at most `MAX_BODY` bytes),
+        decoded in a worker thread within `chaosllm.record.bounds`; past a bound a 502
+        naming it, nothing recorded; else passed on as it came."""
+        headers = tuple(
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in self._client_head(response, drop=_FRAMING)
+        )
+        encoding = response.header("content-encoding") or "identity"
+        try:
+            content, dropped = await self._whole(response)
+        except UpstreamTooLarge as exc:
+            return self._failure_plan(exc)
+        if dropped is not None:
+            self._dropped(dropped, "nothing recorded")
+            return ResponsePlan(
+                response.status, headers, (Piece(content, frame=False),), ending=Ending.CLOSE
+            )
+        try:
+            data = await anyio.to_thread.run_sync(decode, content, encoding)
+        except UpstreamTooLarge as exc:
+            return self._failure_plan(exc)
+        except (NotRecordable, zlib.error) as exc:
+            self._not_recorded(str(exc))
+        else:
+            frames = (
+                self.provider.codec.split_frames(data)
+                if _is_stream(self.provider, response)
+                else None
+            )
+            await self._record(response, frames, data)
+        return ResponsePlan(response.status, headers, (Piece(content, frame=False),))
+
+    async def _whole(self, response: Answer) -> tuple[bytes, DroppedMidAnswer | None]:
+        """The body read whole (`UpstreamTooLarge` past `MAX_BODY` bytes), and how it
+        stopped short if it did."""
+        body, complete = response.available()
+        if complete:
+            return body, None
+        parts, size = [body], len(body)
+        try:
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise UpstreamTooLarge(f"a body over {MAX_BODY} bytes")
+                parts.append(chunk)
+        except DroppedMidAnswer as exc:
+            return b"".join(parts), exc
+        return b"".join(parts), None
+
+    def _not_recorded(self, why: str) -> None:
+        self.amend(error=f"not recorded: {why}")
+        log.warning("%s %s: %s", self.method, self.path, self.entry.error)
+
     async def _stream(self, response: Answer, send: Send, call: _Call) -> _End:
         """Pass the answer through as it arrives; record it at a clean end.
 
@@ -673,7 +731,7 @@ class ProxyCall:
             elif parts is not None:
                 parts.append(body)
             if recording:
-                await self._record_stream(response, splitter, parts, encoding)
+                await self._record_stream(response, splitter, parts)
             head = self._client_head(response, drop=_FRAMING)
             head.append((b"content-length", b"%d" % len(body)))
             await send({"type": "http.response.start", "status": response.status, "headers": head})
@@ -692,8 +750,22 @@ class ProxyCall:
         report.head_sent = True
         held = b""
         holding = False
+        size = 0
         try:
             async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if recording and size > MAX_BODY:
+                    # Too long to record: passed on, no longer kept.
+                    recording = holding = False
+                    self._not_recorded(f"the answer is over {MAX_BODY} bytes")
+                    parts = None
+                    if splitter is not None:
+                        splitter.keep = False
+                        splitter.frames.clear()
+                    if held:
+                        await send({"type": "http.response.body", "body": held, "more_body": True})
+                        report.bytes_sent += len(held)
+                        held = b""
                 if splitter is not None:
                     completed = splitter.feed(chunk, time.monotonic())
                     report.frames_sent += completed
@@ -725,7 +797,7 @@ class ProxyCall:
         if splitter is not None:
             splitter.finish()
         if recording:
-            await self._record_stream(response, splitter, parts, encoding)
+            await self._record_stream(response, splitter, parts)
         call.finishing = True
         await send({"type": "http.response.body", "body": held, "more_body": False})
         report.bytes_sent += len(held)
@@ -754,9 +826,14 @@ class ProxyCall:
         report.head_sent = True
         body, complete = response.available()
         chunks: AsyncIterator[bytes] = _once(body) if complete else response.aiter_raw()
-        fed = 0
+        fed = size = 0
+        recording = self.recorder is not None
         try:
             async for chunk in chunks:
+                size += len(chunk)
+                if recording and size > MAX_BODY:
+                    recording = False
+                    self._not_recorded(f"the answer is over {MAX_BODY} bytes")
                 done = splitter.feed(chunk, time.monotonic())
                 for data, _ in splitter.frames[fed : fed + done]:
                     fed += 1
@@ -765,11 +842,15 @@ class ProxyCall:
                     if step.end is not None:
                         # The client's answer ends here; the upstream's goes on, to be
                         # recorded whole (bounded: `_drain`).
-                        if self.recorder is not None:
+                        if recording:
                             drain = self._drain(response, chunks, splitter, call)
                             call.handed_off = _spawn(drain)
                             call.pending += call.handed_off
                         return await self._end_live(send, call, step.end)
+                if not recording and fed > 1:
+                    # Frames passed on are not kept (the last one: bytes may join it).
+                    del splitter.frames[: fed - 1]
+                    fed = 1
         except DroppedMidAnswer as exc:
             self._dropped(exc, _DROPPED_TOO)
             return _End.ABORT
@@ -783,8 +864,8 @@ class ProxyCall:
         elif splitter.frames and len(splitter.frames[-1][0]) > last:
             # Bytes after the last blank line: they join the last frame, passed on as such.
             await self._write(send, (Piece(splitter.frames[-1][0][last:], frame=False),))
-        if self.recorder is not None:
-            await self._record_stream(response, splitter, None, "identity")
+        if recording:
+            await self._record_stream(response, splitter, None)
         return await self._end_live(send, call, end if end is not None else fault.finish())
 
     async def _write(self, send: Send, pieces: Sequence[Piece]) -> None:
@@ -833,7 +914,7 @@ class ProxyCall:
                 why = f"the upstream's answer did not end within {DRAIN_SECONDS:g} s"
             if why is None:
                 splitter.finish()
-                await self._record_stream(response, splitter, None, "identity")
+                await self._record_stream(response, splitter, None)
         except DroppedMidAnswer as exc:
             why = f"the upstream dropped the connection mid-answer ({_reason(exc)})"
         finally:
@@ -849,17 +930,15 @@ class ProxyCall:
         response: Answer,
         splitter: FrameSplitting | None,
         parts: list[bytes] | None,
-        encoding: str,
     ) -> None:
+        """Record an identity answer: its frames, or its body from `parts`."""
         if splitter is not None:
+            if splitter.overflow is not None:
+                self._not_recorded(f"the stream holds {splitter.overflow}")
+                return
             await self._record(response, splitter.frames, None)
             return
-        try:
-            data = _decode(b"".join(parts or ()), encoding)
-        except (NotRecordable, zlib.error) as exc:
-            self.amend(error=f"not recorded: {exc}")
-            log.warning("%s %s: %s", self.method, self.path, self.entry.error)
-            return
+        data = b"".join(parts or ())
         await self._record(
             response,
             self.provider.codec.split_frames(data) if _is_stream(self.provider, response) else None,
@@ -881,8 +960,12 @@ class ProxyCall:
             for k, v in self._client_head(response, drop=_FRAMING)
         )
         status = response.status
+        size = 0
         try:
             async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    return self._failure_plan(UpstreamTooLarge(f"a body over {MAX_BODY} bytes"))
                 if splitter is not None:
                     splitter.feed(chunk, time.monotonic())
                 else:

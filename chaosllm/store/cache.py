@@ -10,9 +10,13 @@ and a file that cannot be read is never cached (it is read again, and gives the 
 error, every time). The cache is one JSON file per recordings directory (its spelling
 and the working directory it is relative to), written atomically under
 `default_directory` (``$CHAOSLLM_CACHE_DIR``, else ``$XDG_CACHE_HOME/chaosllm``, else
-``~/.cache/chaosllm``), readable by its owner only, and ignored (then rewritten) when it
-is corrupt, was written by other code (a fingerprint of chaosllm's own sources), is not
-owned by the user or can be written by others. ``CHAOSLLM_NO_CACHE=1`` turns it off.
+``~/.cache/chaosllm``), readable by its owner only, and ignored whole (then rewritten)
+when it is corrupt (one CRC-32 covers its heads and its bodies), was written by other
+code (a fingerprint of chaosllm's own sources), is not owned by the user or can be
+written by others. It is written through a fresh temporary file (``mkstemp``:
+``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600) in a directory of the user's that nobody else
+can enter (made 0700, and checked: no cache is written into a directory someone else
+owns or a symlink), then renamed into place. ``CHAOSLLM_NO_CACHE=1`` turns it off.
 
 What it holds is what the recordings hold (which are redacted when recorded): nothing
 else. An exchange is only cached when it reads back from the cache equal to the one
@@ -32,6 +36,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -64,8 +69,10 @@ NO_CACHE_ENV = "CHAOSLLM_NO_CACHE"
 RACY_NS = 2_000_000_000
 """A file modified less than this before its load (or after) is not cached yet."""
 
-_FORMAT = 2
+_FORMAT = 3
 _SUFFIX = ".cache"
+_CHECK = 9
+"""The first line's length: the CRC-32 of the rest, 8 hex digits and a newline."""
 
 FileKey = tuple[int, int, int, int]
 """What a cached file must still be: size, modification time, change time (ns), inode."""
@@ -406,8 +413,9 @@ class RecordingsCache:
 
     def read(self, root: str) -> CacheSnapshot:
         """What the cache holds for `root` (nothing when it is missing, corrupt, stale or
-        not to be trusted). A cache file is a line of JSON (what it is for, the heads of
-        its exchanges, and the length and CRC-32 of the bodies) and the bodies after it."""
+        not to be trusted). A cache file is a line with the CRC-32 (8 hex digits) of all
+        that follows it, a line of JSON (what it is for, the heads of its exchanges and the
+        length of the bodies) and the bodies."""
         snapshot = CacheSnapshot(root=root, started_ns=time.time_ns())
         path = self.file_for(root)
         try:
@@ -426,9 +434,11 @@ class RecordingsCache:
             return snapshot
         finally:
             os.close(fd)
-        end = raw.find(b"\n")
+        end = raw.find(b"\n", _CHECK)
         try:
-            data = json.loads(raw[:end]) if end >= 0 else None
+            check = int(raw[: _CHECK - 1], 16) if raw[_CHECK - 1 : _CHECK] == b"\n" else -1
+            whole = check == zlib.crc32(memoryview(raw)[_CHECK:])
+            data = json.loads(raw[_CHECK:end]) if end >= 0 and whole else None
         except (ValueError, RecursionError):
             data = None
         base = end + 1
@@ -439,7 +449,6 @@ class RecordingsCache:
             or data.get("root") != root
             or not isinstance(data.get("files"), dict)
             or data.get("bodies") != len(raw) - base
-            or data.get("crc32") != zlib.crc32(memoryview(raw)[base:])
         ):
             snapshot.dropped = True
             return snapshot
@@ -481,32 +490,47 @@ class RecordingsCache:
             "root": snapshot.root,
             "written_ns": time.time_ns(),
             "bodies": len(blob),
-            "crc32": zlib.crc32(blob),
             "files": files,
         }
         try:
             first = json.dumps(head, separators=(",", ":")).encode("ascii")
         except (TypeError, ValueError, RecursionError):  # pragma: no cover - verified heads
             return False
-        if len(first) + 1 + len(blob) > self.max_bytes:
+        if _CHECK + len(first) + 1 + len(blob) > self.max_bytes:
             _remove(path)
             return False
+        check = zlib.crc32(blob, zlib.crc32(first + b"\n"))
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            if not self._own_directory():
+                return False
+            # mkstemp: a new name, O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600.
+            fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as fh:
+                    fh.write(b"%08x\n" % check)
                     fh.write(first)
                     fh.write(b"\n")
                     fh.write(blob)
                 os.replace(temp, path)
             except BaseException:
-                _remove(temp)
+                _remove(Path(temp))
                 raise
         except OSError:
             return False
         self._bound(keep=path)
+        return True
+
+    def _own_directory(self) -> bool:
+        """Make the cache directory (0700) if it is missing; whether it is a real
+        directory of the user's that nobody else can enter (one that is the user's but
+        open to others is closed first)."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(self.directory)
+        getuid = getattr(os, "getuid", None)
+        if not stat.S_ISDIR(info.st_mode) or (getuid is not None and info.st_uid != getuid()):
+            return False
+        if info.st_mode & 0o077:
+            os.chmod(self.directory, 0o700)
         return True
 
     def _bound(self, keep: Path) -> None:

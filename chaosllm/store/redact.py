@@ -7,7 +7,12 @@ Secrets are removed before a request is keyed and before anything is written:
   (request ids, processing time, rate limits, Retry-After): `kept_response_headers`;
 - in bodies and SSE frames, every configured secret value and every string
   shaped like a well-known API key (``sk-...``, ``sk-ant-...``, ``sk-proj-...``,
-  Google ``AIza...``) becomes ``[REDACTED]``: `Redactor`, `redact_body`.
+  Google ``AIza...``) becomes ``[REDACTED]``: `Redactor`, `redact_body`;
+- and so does every credential the request itself carries, whatever its shape
+  (`credential_values`: the Bearer token or other ``Authorization`` value, ``api-key``,
+  ``x-api-key``, ``x-goog-api-key``, ``x-amz-security-token``, the AWS access key id of
+  a SigV4 signature, ``?key=``): `Redactor.carrying` adds them for that request, to its
+  keying, its recording (request and upstream answer) and its journal record.
 
 Digests are computed over the redacted request, by the recorder and by the
 replayer alike, so a request that carries a key matches its recording.
@@ -25,15 +30,19 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from urllib.parse import parse_qsl
 
 from chaosllm.model import JSON
 
 __all__ = [
+    "CREDENTIAL_HEADERS",
     "KEPT_RESPONSE_HEADERS",
     "KEY_PATTERNS",
+    "MIN_CREDENTIAL",
     "REDACTED",
     "SECRET_HEADERS",
     "Redactor",
+    "credential_values",
     "is_secret_header",
     "kept_response_headers",
     "redact_body",
@@ -58,6 +67,25 @@ SECRET_HEADERS = frozenset(
     }
 )
 """Headers that carry credentials or account identity: never stored."""
+
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "api-key",
+        "x-api-key",
+        "x-goog-api-key",
+        "x-amz-security-token",
+    }
+)
+"""The request headers whose values are credentials, redacted wherever they appear."""
+_CREDENTIAL_PARAMS = frozenset(
+    {"key", "api-key", "api_key", "x-amz-security-token", "x-amz-credential"}
+)
+_CREDENTIAL_LENGTHS = frozenset(len(h) for h in CREDENTIAL_HEADERS)
+MIN_CREDENTIAL = 12
+"""Shorter values are not taken for credentials (``sk-test``, ``dummy``: a word that
+could be in any prompt)."""
 
 _SECRET_HEADER_WORDS = ("api-key", "apikey", "token", "secret", "password", "auth", "cookie")
 
@@ -105,6 +133,42 @@ def kept_response_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str
     return tuple(sorted(kept.items()))
 
 
+def _credential_parts(name: str, value: str) -> Iterable[str]:
+    value = value.strip()
+    if name in ("authorization", "proxy-authorization"):
+        _, _, rest = value.partition(" ")
+        rest = rest.strip()
+        if "Credential=" in rest:  # AWS SigV4: Credential=AKID/date/region/service/...
+            yield rest.split("Credential=", 1)[1].split("/", 1)[0]
+            return
+        yield rest or value
+        return
+    if name == "x-amz-credential":
+        yield value.split("/", 1)[0]
+    yield value
+
+
+def credential_values(
+    headers: Iterable[tuple[bytes | str, bytes | str]], query: bytes = b""
+) -> tuple[str, ...]:
+    """The credentials a request carries (the values of `CREDENTIAL_HEADERS` and of the
+    credential query parameters; of an ``Authorization`` its token, or the access key id
+    of an AWS signature), at least `MIN_CREDENTIAL` characters."""
+    found: list[str] = []
+    for name, value in headers:
+        if len(name) not in _CREDENTIAL_LENGTHS:
+            continue
+        lowered = (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
+        if lowered in CREDENTIAL_HEADERS:
+            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            found.extend(_credential_parts(lowered, text))
+    if query and b"=" in query:
+        for name, value in parse_qsl(query.decode("latin-1")):
+            if name.lower() in _CREDENTIAL_PARAMS:
+                found.extend(_credential_parts(name.lower(), value))
+    return tuple(sorted({v for v in found if len(v) >= MIN_CREDENTIAL}))
+
+
 class Redactor:
     """Replaces configured secret values and well-known key shapes by ``[REDACTED]``."""
 
@@ -116,6 +180,12 @@ class Redactor:
         self.secrets: tuple[str, ...] = tuple(values)
         self._bytes = tuple(s.encode("utf-8") for s in values)
         self._pattern = re.compile("|".join([re.escape(s) for s in values] + list(KEY_PATTERNS)))
+
+    def carrying(self, credentials: Sequence[str]) -> Redactor:
+        """This redactor with a request's `credentials` (`credential_values`) added."""
+        if not credentials:
+            return self
+        return _redactor((*self.secrets, *credentials))
 
     def text(self, text: str) -> str:
         return self._pattern.sub(REDACTED, text)

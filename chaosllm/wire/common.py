@@ -115,10 +115,27 @@ def error_response(body: bytes, status: int) -> bytes:
 
 
 def path_of(target: bytes) -> tuple[bytes, bytes, str]:
-    """A request target's raw path, query and (percent-decoded) path."""
+    """A request target's raw path, query and (percent-decoded) path; an absolute-form
+    target (``http://host/v1/...``, RFC 9112 section 3.2.2) is answered as its path."""
+    if target[:1] != b"/" and target[:4].lower() == b"http":
+        target = _origin_form(target)
     raw_path, _, query = target.partition(b"?")
     path = raw_path.decode("latin-1")
     return raw_path, query, unquote(path) if "%" in path else path
+
+
+def _origin_form(target: bytes) -> bytes:
+    """The path and query of an absolute-form target (``/`` when it has no path)."""
+    scheme, sep, rest = target.partition(b"://")
+    if not sep or scheme.lower() not in (b"http", b"https"):
+        return target
+    cut = len(rest)
+    for mark in (b"/", b"?"):
+        at = rest.find(mark)
+        if 0 <= at < cut:
+            cut = at
+    tail = rest[cut:]
+    return tail if tail.startswith(b"/") else b"/" + tail
 
 
 def address(value: object) -> tuple[str, int] | None:

@@ -1,14 +1,43 @@
 """Flow control on the builtin server's connections, both ways (as uvicorn's
 ``flow_control.py``): writing waits while the transport's buffer is above its
 high-water mark (`drain`), reading stops while the client does not read or too much is
-queued behind a response in flight (`pause_reading`)."""
+queued behind a response in flight (`pause_reading`).
+
+What is queued is counted as the memory it holds, not the bytes it came in: a stash of
+parsed requests waiting behind a response is full at `STASH_REQUESTS` requests or
+`STASH_BYTES` bytes held (`held`: a request's bytes and what its Python objects cost),
+whichever comes first (`stash_full`); reading stops then, so a client that pipelines
+and never reads costs a bounded few hundred KiB, and the kernel's TCP window stops it.
+And a connection answers at most `TURN` queued requests in one go before the event loop
+serves the others (fairness: a fresh client is not kept waiting behind a pipeline)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-__all__ = ["FlowControl"]
+__all__ = ["STASH_BYTES", "STASH_REQUESTS", "TURN", "FlowControl", "held", "stash_full"]
+
+STASH_BYTES = 256 * 1024
+"""The most memory held by what waits behind a response in flight (estimated, `held`)."""
+STASH_REQUESTS = 64
+"""The most parsed requests waiting behind a response in flight."""
+TURN = 32
+"""The most queued requests a connection answers before others get the event loop."""
+_REQUEST_COST = 600
+"""What a parsed request's objects hold besides its bytes (request, lists, tuples)."""
+_HEADER_COST = 120
+"""What one header's objects hold besides its bytes (a tuple, two bytes objects)."""
+
+
+def held(body: int, head: int, headers: int) -> int:
+    """The memory a parsed request holds: its body and head bytes and its objects."""
+    return body + head + _REQUEST_COST + _HEADER_COST * headers
+
+
+def stash_full(requests: int, size: int) -> bool:
+    """Whether a stash of `requests` holding `size` bytes must stop reading."""
+    return requests >= STASH_REQUESTS or size > STASH_BYTES
 
 
 class FlowControl:

@@ -74,7 +74,6 @@ from chaosllm.wire.common import (
     ASGI_VERSION,
     BOTH_FRAMINGS,
     LINGER_S,
-    MAX_STASH,
     Cycle,
     Direct,
     ServerCore,
@@ -88,6 +87,7 @@ from chaosllm.wire.common import (
     version_refusal,
 )
 from chaosllm.wire.executor import execute
+from chaosllm.wire.flow import STASH_BYTES
 from chaosllm.wire.head import PHRASES, http_date, tokens
 from chaosllm.wire.program import program_for
 from chaosllm.wire.upgrade import is_upgrade
@@ -109,6 +109,12 @@ _GONE_ERRORS: Final = (
     anyio.ClosedResourceError,
     OSError,
 )
+
+
+def _buffered(conn: h11.Connection) -> int:
+    """The bytes `h11` holds unread (pipelined requests not yet parsed)."""
+    buffer = getattr(conn, "_receive_buffer", None)  # h11's own; no public size
+    return len(buffer) if buffer is not None else len(conn.trailing_data[0])
 
 
 def _emit(conn: h11.Connection, event: h11.Event) -> list[bytes]:
@@ -294,6 +300,7 @@ class _Connection:
     """One accepted socket: the request/response loop and the socket primitives."""
 
     __slots__ = (
+        "_transport",
         "client",
         "closed",
         "evicted",
@@ -305,7 +312,6 @@ class _Connection:
         "planned",
         "server",
         "server_address",
-        "stash",
         "stream",
         "watching",
     )
@@ -323,9 +329,16 @@ class _Connection:
         self.watching = False
         self.gone_event: anyio.Event | None = None
         self.head_scope: anyio.CancelScope | None = None
-        self.stash = 0
         self.client = address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
         self.server_address = address(stream.extra(anyio.abc.SocketAttribute.local_address, None))
+        self._transport: Any = getattr(stream, "_transport", None)
+        """anyio's transport (asyncio): reading is paused after each receive (`_recv`)."""
+        # Once resumed, the event loop reads all the kernel holds before the task runs
+        # (libuv: up to 32 reads a wakeup): a small receive buffer bounds that.
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STASH_BYTES)
 
     # -- the request/response loop ---------------------------------------------------------
 
@@ -347,7 +360,6 @@ class _Connection:
                     if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                         return
                     conn.start_next_cycle()
-                self.stash = 0
         except Exception:
             logger.exception("connection handler failed")
         finally:
@@ -551,9 +563,17 @@ class _Connection:
 
     async def _recv(self) -> bytes:
         try:
-            return await self.stream.receive(_READ_SIZE)
+            data = await self.stream.receive(_READ_SIZE)
         except _GONE_ERRORS:
             return b""
+        # anyio pauses reading after a receive that waited, not after one that found data
+        # already queued (a pipelining client's first): reading would then go on with
+        # nobody receiving, queueing all the client sends. Paused here; anyio resumes it
+        # when a receive waits.
+        if self._transport is not None:
+            with contextlib.suppress(AttributeError, RuntimeError):
+                self._transport.pause_reading()
+        return data
 
     async def write(self, data: bytes) -> None:
         if self.gone or self.closed:
@@ -596,8 +616,10 @@ class _Connection:
                 if not data:
                     break
                 self.h11.receive_data(data)
-                self.stash += len(data)
-                if self.stash > MAX_STASH:
+                if _buffered(self.h11) > STASH_BYTES:
+                    # Enough pipelined bytes wait in h11's buffer (what the next requests
+                    # will read: it only grows here): stop reading, as the builtin server
+                    # pauses its transport; the kernel's TCP window stops the client.
                     await anyio.sleep_forever()
             self._mark_gone()
         finally:

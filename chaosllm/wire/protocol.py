@@ -7,9 +7,10 @@ per request unless the request needs one:
 
 1. The reader (`chaosllm.wire.reader`, httptools' callbacks) builds each request, head
    and whole body, within the limits, or a refusal of it. Complete requests queue in
-   arrival order (pipelining); reading pauses while more than `MAX_STASH` bytes are
-   queued behind a response in flight, or while the client does not read
-   (`chaosllm.wire.flow`).
+   arrival order (pipelining); reading pauses while the requests queued behind a
+   response in flight hold too much memory (`chaosllm.wire.flow.stash_full`), or while
+   the client does not read, and a connection answers `TURN` queued requests at most
+   before the others' turn (`chaosllm.wire.flow`).
 2. The first queued request is answered when no other is in flight: the fast path
    (`direct`) first, which may return a plan for it; else the ASGI app, in a task, with
    an `AppCycle`'s ``receive``/``send`` (`chaosllm.wire.cycle`). A plan is compiled
@@ -51,7 +52,6 @@ from chaosllm.wire.asgi import PLAN_EXTENSION, PlanAborted, Scope
 from chaosllm.wire.common import (
     ASGI_VERSION,
     LINGER_S,
-    MAX_STASH,
     address,
     body_deadline,
     error_body,
@@ -60,7 +60,7 @@ from chaosllm.wire.common import (
 )
 from chaosllm.wire.cycle import AppCycle
 from chaosllm.wire.executor import execute
-from chaosllm.wire.flow import FlowControl
+from chaosllm.wire.flow import TURN, FlowControl, stash_full
 from chaosllm.wire.pacer import Pacer, Sleep
 from chaosllm.wire.player import Player, play_at_once
 from chaosllm.wire.program import Program, program_for
@@ -144,7 +144,9 @@ class Connection(asyncio.Protocol):
         self.reader.feed(data)
         if not self.busy:
             self._pump()
-        elif self.queued + self.reader.body_size > MAX_STASH and not self.flow.read_paused:
+        elif not self.flow.read_paused and stash_full(
+            len(self.queue), self.queued + self.reader.body_size
+        ):
             self.flow.pause_reading()
 
     def eof_received(self) -> bool:
@@ -181,11 +183,17 @@ class Connection(asyncio.Protocol):
         """Answer queued requests in order while none is in flight; then wait for more."""
         server = self.server
         queue = self.queue
+        turn = TURN
         while not self.busy:
             if self.closed:
                 return
             if not queue:
                 break
+            turn -= 1
+            if turn < 0:  # fairness: the others' turn; the rest from the next iteration
+                self.flow.pause_reading()
+                self.loop.call_soon(self._pump)
+                return
             if server.shutting_down:
                 if not self.finish_one:
                     self.close()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 
 from chaosllm.wire.common import BOTH_FRAMINGS, MAX_HEAD, path_of, version_refusal
+from chaosllm.wire.flow import held
 from chaosllm.wire.head import tokens
 from chaosllm.wire.request import CONTINUE, Refusal, Request
 from chaosllm.wire.upgrade import is_upgrade
@@ -157,6 +158,9 @@ class RequestReader:
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.pstate == BODY:  # a chunked body's trailer field: never a header
+            self.body_size += len(name) + len(value)
+            return
         if value[-1:] in (b" ", b"\t"):
             value = value.rstrip(b" \t")
         self.headers.append((name.lower(), value))
@@ -256,7 +260,7 @@ class RequestReader:
         parts = self.parts
         req.body = parts[0] if len(parts) == 1 else b"".join(parts)
         self.parts = []
-        req.size = self.body_size + self.head_size + 64
+        req.size = held(self.body_size, self.head_size, len(req.headers))
         self.body_size = 0
         self.url = b""
         self.pstate = IDLE

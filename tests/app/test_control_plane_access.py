@@ -231,12 +231,17 @@ def test_a_request_without_host_is_accepted(server: ChaosServer) -> None:
 
 
 def test_provider_endpoints_and_health_are_not_control_calls(server: ChaosServer) -> None:
-    foreign = {"Host": "evil.example", "Origin": "http://evil.example"}
+    """A foreign Origin does not matter to them; a foreign Host does, bound to loopback
+    (the same Host rule: `tests/wire/test_host_rule.py`)."""
+    foreign = {"Host": f"127.0.0.1:{server.port}", "Origin": "http://evil.example"}
     answer = raw(server, "POST", CHAT, {**foreign, "Content-Type": "application/json"}, chat_body())
     assert answer.status == 200, answer.body
     assert answer.json()["object"] == "chat.completion"
     assert raw(server, "GET", "/health", foreign).json()["status"] == "ok"
     assert raw(server, "GET", "/v1/models", foreign).status == 200
+    rebound = {"Host": "evil.example", "Content-Type": "application/json"}
+    answer = raw(server, "POST", CHAT, rebound, chat_body())
+    assert answer.status == 403 and answer.json()["error"]["code"] == "host_forbidden"
 
 
 def test_the_openai_sdk_still_works_on_the_guarded_server(server: ChaosServer) -> None:

@@ -335,20 +335,27 @@ def test_directives_answer_a_miss_without_hash_keyed_fixtures(tmp_path: Path) ->
 # -- the stub's surface ---------------------------------------------------------------
 
 
-def test_healthz_cors_and_preflight(server: ChaosServer) -> None:
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+def test_healthz_cors_and_preflight(fixtures: Path) -> None:
+    """The stub answers CORS for every origin: chaosllm does when asked (``--cors '*'``),
+    never on the control plane, and not at all by default."""
+    asking = {"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST"}
+    with ChaosServer(fixtures, cors=["*"]) as server, httpx.Client(base_url=server.url) as http:
         health = http.get("/healthz")
         assert health.status_code == 200 and health.json() == {"ok": True}
         for path in ("/v1/chat/completions", "/v1/embeddings", "/v1/v1/embeddings"):
-            preflight = http.options(path, headers={"Origin": "http://localhost:5173"})
+            preflight = http.options(path, headers=asking)
             assert preflight.status_code == 204, path
             assert preflight.headers["access-control-allow-origin"] == "*"
             assert "POST" in preflight.headers["access-control-allow-methods"]
-        assert http.options("/__requests").status_code != 204
-        answered = http.post("/v1/chat/completions", json=AFTER_CALL)
+        assert http.options("/__requests", headers=asking).status_code != 204
+        answered = http.post("/v1/chat/completions", json=AFTER_CALL, headers=asking)
         assert answered.status_code == 200
         assert answered.headers["access-control-allow-origin"] == "*"
         assert "access-control-allow-origin" not in http.get("/__requests").headers
+    with ChaosServer(fixtures) as server, httpx.Client(base_url=server.url) as http:
+        assert http.options("/v1/chat/completions", headers=asking).status_code != 204
+        answered = http.post("/v1/chat/completions", json=AFTER_CALL, headers=asking)
+        assert "access-control-allow-origin" not in answered.headers
 
 
 def test_embeddings_where_docsgpt_posts_them(server: ChaosServer) -> None:

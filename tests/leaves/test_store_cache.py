@@ -10,6 +10,7 @@ import os
 import pickle
 import shutil
 import time
+import zlib
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -54,15 +55,18 @@ def age(root: Path) -> None:
 
 
 def read_cache(path: Path) -> tuple[dict[str, Any], bytes]:
-    """A cache file's first line (JSON) and the bodies after it."""
-    head, _, bodies = path.read_bytes().partition(b"\n")
+    """A cache file's line of JSON and the bodies after it (past its checksum line)."""
+    check, _, rest = path.read_bytes().partition(b"\n")
+    assert int(check, 16) == zlib.crc32(rest)
+    head, _, bodies = rest.partition(b"\n")
     data: dict[str, Any] = json.loads(head)
     return data, bodies
 
 
 def write_cache(path: Path, data: dict[str, Any], bodies: bytes) -> None:
-    """Write a cache file by hand, as its owner only may."""
-    path.write_bytes(json.dumps(data).encode("ascii") + b"\n" + bodies)
+    """Write a cache file by hand, as its owner only may (its checksum made anew)."""
+    rest = json.dumps(data).encode("ascii") + b"\n" + bodies
+    path.write_bytes(b"%08x\n" % zlib.crc32(rest) + rest)
     path.chmod(0o600)
 
 
@@ -183,21 +187,22 @@ def test_a_pending_exchange_sets_every_field_of_an_exchange() -> None:
 def test_a_cache_whose_bodies_were_changed_is_ignored_and_rewritten(
     tmp_path: Path, cache: RecordingsCache
 ) -> None:
-    """The bodies are decoded late, so they are checked early: their length and CRC-32
-    are in the first line, and a cache they do not match is not used at all."""
+    """The bodies are decoded late, so they are checked early: the checksum line covers
+    them, and a cache they do not match is not used at all."""
     root = tmp_path / "recordings"
     write(root / "s" / "0001.json", recording(1, text="hello"))
     age(root)
     parsed = RecordingStore.load([root], cache=False)
     RecordingStore.load([root], cache=cache)
     [path] = cache.directory.iterdir()
-    data, bodies = read_cache(path)
-    write_cache(path, data, bodies.replace(b'"hello"', b'"jello"'))
+    raw = path.read_bytes()
+    _, bodies = read_cache(path)
+    path.write_bytes(raw.replace(b'"hello"', b'"jello"'))
     store = RecordingStore.load([root], cache=cache)
     assert state(store) == state(parsed)
     assert type(store.exchanges[0]) is Exchange  # parsed from its file again
     assert read_cache(path)[1] == bodies  # and the cache written again
-    write_cache(path, data, bodies[:-1])  # cut short
+    path.write_bytes(raw[:-1])  # cut short
     assert state(RecordingStore.load([root], cache=cache)) == state(parsed)
 
 
@@ -350,3 +355,75 @@ def test_recording_paths_spell_the_paths_as_recording_files(
     monkeypatch.chdir(root / "mine")
     assert recording_paths(Path(".")) == [str(p) for p in recording_files(Path("."))]
     assert recording_paths(Path(".")) == [f"{i:04d}.json" for i in range(5)]
+
+
+def _exact_cache(tmp_path: Path, cache: RecordingsCache) -> tuple[Path, Path, RecordingStore]:
+    root = tmp_path / "recordings"
+    for i in range(3):
+        write(root / "s" / f"{i:04d}.json", recording(i, text=f"answer {i}"))
+    age(root)
+    parsed = RecordingStore.load([root], cache=False)
+    RecordingStore.load([root], cache=cache)
+    [path] = cache.directory.iterdir()
+    return root, path, parsed
+
+
+def test_a_cache_with_one_offset_digit_corrupted_is_ignored_whole(
+    tmp_path: Path, cache: RecordingsCache
+) -> None:
+    """The checksum covers the heads too: one digit of a body's offset changed (a flipped
+    bit on disk) makes the whole cache unused, not one recording answer 500."""
+    root, path, parsed = _exact_cache(tmp_path, cache)
+    raw = path.read_bytes()
+    data, _ = read_cache(path)
+    [entry] = [e for name, e in data["files"].items() if name.endswith("0001.json")]
+    start, end = entry[1][0][-2:]
+    spot = raw.index(b",%d,%d]" % (start, end))
+    digit = spot + 1 + len(str(start)) - 1
+    flipped = b"%d" % ((int(raw[digit : digit + 1]) + 1) % 10)
+    path.write_bytes(raw[:digit] + flipped + raw[digit + 1 :])
+    assert cache.read(str(root)).files == {}
+    store = RecordingStore.load([root], cache=cache)
+    assert state(store) == state(parsed)
+    assert all(type(e) is Exchange for e in store.exchanges)  # none from the cache
+    for exchange in store.exchanges:
+        assert (
+            exchange.response.body
+            == parsed.exchanges[store.exchanges.index(exchange)].response.body
+        )
+
+
+def test_the_cache_is_written_through_a_fresh_file_never_a_planted_symlink(
+    tmp_path: Path, cache: RecordingsCache
+) -> None:
+    root, path, _ = _exact_cache(tmp_path, cache)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    # Every name the old code could have used for its temporary file, planted.
+    for pid in range(os.getpid() - 2, os.getpid() + 3):
+        os.symlink(victim, path.with_name(f".{path.name}.{pid}.tmp"))
+    path.unlink()
+    RecordingStore.load([root], cache=cache)
+    assert victim.read_text() == "precious"
+    assert path.exists() and not path.is_symlink()
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_cache_directory_is_owner_only_and_a_symlinked_one_is_not_written(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "recordings"
+    write(root / "s" / "0001.json", recording(1))
+    age(root)
+    opened = tmp_path / "open"
+    opened.mkdir(mode=0o777)
+    opened.chmod(0o777)
+    RecordingStore.load([root], cache=RecordingsCache(opened, min_files=1))
+    assert opened.stat().st_mode & 0o777 == 0o700
+    assert len(list(opened.iterdir())) == 1
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    RecordingStore.load([root], cache=RecordingsCache(link, min_files=1))
+    assert list(elsewhere.iterdir()) == []

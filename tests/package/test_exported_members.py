@@ -56,11 +56,13 @@ PINNED: dict[str, list[str]] = {
         "ResetBeforeAnswer",
         "ResilienceViolation",
         "ServerError",
+        "TooManyFaults",
         "UnknownFormat",
         "UnknownScenario",
         "UnsafePath",
         "UpstreamError",
         "UpstreamTimeout",
+        "UpstreamTooLarge",
     ],
     "chaosllm.strategies": [
         "MCP_FAULTS",

@@ -173,8 +173,9 @@ def raw_request(server: ChaosServer, body: dict[str, Any] = BODY) -> socket.sock
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT)
     data = json.dumps(body).encode()
     sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"authorization: Bearer sk-test\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data)
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\nauthorization: Bearer sk-test\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(data), data)
     )
     return sock
 

@@ -92,7 +92,7 @@ def test_a_lost_connection_is_freed_without_the_collector(
         try:
             for sock in socks:
                 sock.sendall(
-                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                     % (len(request), request)
                 )

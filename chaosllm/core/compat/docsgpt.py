@@ -3,10 +3,10 @@
 In the hash-keyed mode (hash-keyed fixtures answer the chat protocol's requests) its
 in-band directives win over any fixture (``before_match``), a miss first looks for a
 ``<hash>.json`` saved since the load and logs the stub's two lines (``on_miss``), the
-canned answer is the stub's (``fallback``), every answer served carries its CORS headers
-(``headers``); in any mode a directive answers a chat request no recording matches, a
-fixture echoes the request's model (``exchange``), and the stub's delay headers become the
-plan's latency (``plan``).
+canned answer is the stub's (``fallback``); in any mode a directive answers a chat
+request no recording matches, a fixture echoes the request's model (``exchange``), and
+the stub's delay headers become the plan's latency (``plan``). (Its permissive CORS is
+``--cors '*'``: `chaosllm.http.cors`.)
 """
 
 from __future__ import annotations
@@ -87,10 +87,6 @@ def for_request(engine: Engine, request: Request, exchange: Exchange) -> Exchang
     return mock_llm.for_request(exchange, request.body)
 
 
-def cors(engine: Engine, request: Request) -> Headers:
-    return mock_llm.CORS_HEADERS if _hash_keyed(engine, request) else ()
-
-
 def delays(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
     headers = request.call.headers
     return mock_llm.delayed(plan, headers) if headers else plan
@@ -101,6 +97,5 @@ HOOKS = Hooks(
     on_miss=(on_miss,),
     fallback=(fallback,),
     exchange=(for_request,),
-    headers=(cors,),
     plan=(delays,),
 )

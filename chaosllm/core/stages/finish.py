@@ -47,11 +47,18 @@ def _key(call: ProviderCall) -> tuple[Any, ...]:
         call.body,
         call.headers,
         call.session,
+        call.credentials,
     )
 
 
-def _record(engine: Engine, fields: dict[str, Any]) -> JournalEntry:
-    """The one call that writes a new journal record."""
+def _record(
+    engine: Engine, fields: dict[str, Any], credentials: tuple[str, ...] = ()
+) -> JournalEntry:
+    """The one call that writes a new journal record (its error text redacted of the
+    request's `credentials`: a miss message quotes the prompt)."""
+    error = fields.get("error")
+    if credentials and isinstance(error, str):
+        fields["error"] = engine.redactor.carrying(credentials).text(error)
     return engine.journal.add(**fields)
 
 
@@ -65,6 +72,7 @@ def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) 
             "ending": "complete",
             "error": error,
         },
+        call.credentials,
     )
     return Reply(plan, entry)
 
@@ -79,6 +87,7 @@ def _entry(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) 
             "ending": ending_of(plan),
             **fields,
         },
+        request.call.credentials,
     )
 
 

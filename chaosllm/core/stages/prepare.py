@@ -17,7 +17,7 @@ from chaosllm.providers.base import ErrorKind, Provider
 if TYPE_CHECKING:
     from chaosllm.core.engine import Engine
 
-__all__ = ["bind", "prepare"]
+__all__ = ["bind", "carried", "prepare"]
 
 PARSED_COST = 4
 """What a parsed body is taken to hold, per byte of its JSON (the memo's size)."""
@@ -39,11 +39,22 @@ def bind(provider: Provider, body: JSON, call: ProviderCall) -> JSON:
     return provider.bind(body, params, query)
 
 
+def carried(call: ProviderCall) -> tuple[str, ...]:
+    """The call's credentials that its body may hold (all of them when it has an escape
+    that could hide one): what its keying must redact besides the engine's secrets."""
+    if not call.credentials:
+        return ()
+    raw = call.body
+    if raw.find(b"\\") >= 0:
+        return call.credentials
+    return tuple(c for c in call.credentials if raw.find(c.encode("utf-8")) >= 0)
+
+
 def _prepared(engine: Engine, call: ProviderCall) -> Prepared:
     provider, raw = call.provider, call.body
     body = bind(provider, parse_json(raw), call)
     provider.validate(body)
-    body = engine.redactor.request_body(body, raw)
+    body = engine.redactor.carrying(carried(call)).request_body(body, raw)
     return Prepared(
         body,
         provider.digest(body),
@@ -57,7 +68,7 @@ def prepare(engine: Engine, call: ProviderCall, turn: int) -> Request | Reply:
     """The request as the engine knows it from its body, or the provider's 400 for a
     body it refuses (and, with ``--strict``, for one the request validator finds a defect
     in)."""
-    key: tuple[object, ...] = (call.provider.name, call.path, call.query, call.body)
+    key: tuple[object, ...] = (call.provider.name, call.path, call.query, call.body, carried(call))
     if call.provider.call_headers:  # what they say is bound into the request
         key += (call.headers,)
     prepared: Prepared | None = engine.memo.get(key)
