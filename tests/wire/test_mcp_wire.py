@@ -12,7 +12,7 @@ import pytest
 
 from chaosllm.server import ChaosServer
 from tests.helpers import read_head, read_until_eof
-from tests.mcp_helpers import INIT_PARAMS, write_recordings
+from tests.mcp_helpers import INIT_PARAMS, QUERY, write_recordings
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -128,3 +128,69 @@ def test_bad_input_gets_the_transport_answers(
 def test_get_and_delete_need_a_session(server: ChaosServer) -> None:
     assert send(server, "GET", b"", read=read_head)[0] == 400
     assert send(server, "DELETE", b"", {"mcp-session-id": "never-minted"})[0] == 404
+
+
+# -- each MCP fault on a raw socket -------------------------------------------------------
+
+CALL = rpc("tools/call", 7, {"name": "search", "arguments": {"q": QUERY}})
+
+
+def _session(server: ChaosServer) -> dict[str, str]:
+    _, head, _ = send(server, "POST", rpc("initialize", 1, INIT_PARAMS))
+    session = header(head, "mcp-session-id")
+    assert session is not None
+    return {"mcp-session-id": session}
+
+
+def _events(body: bytes) -> list[Any]:
+    return [
+        json.loads(line[len(b"data: ") :])
+        for line in body.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+
+
+def _call_with(server: ChaosServer, spec: dict[str, Any]) -> tuple[int, list[Any]]:
+    with_session = _session(server)
+    server.arm({**spec, "match": {"server": "search", "tool": "search"}})
+    status, _, body = send(server, "POST", CALL, with_session)
+    return status, _events(body)
+
+
+def test_mcp_error_on_a_raw_socket(server: ChaosServer) -> None:
+    status, events = _call_with(server, {"type": "mcp_error", "code": -32002})
+    assert status == 200 and events[-1]["error"]["code"] == -32002 and events[-1]["id"] == 7
+
+
+def test_tool_error_on_a_raw_socket(server: ChaosServer) -> None:
+    status, events = _call_with(server, {"type": "tool_error", "message": "quota"})
+    assert status == 200 and events[-1]["result"]["isError"] is True
+    assert "quota" in json.dumps(events[-1]["result"]["content"])
+
+
+def test_mcp_timeout_on_a_raw_socket(server: ChaosServer) -> None:
+    status, events = _call_with(server, {"type": "mcp_timeout", "max_ms": 300})
+    assert status == 200 and not any("result" in e or "error" in e for e in events)
+
+
+def test_mcp_stream_drop_on_a_raw_socket(server: ChaosServer) -> None:
+    status, events = _call_with(server, {"type": "mcp_stream_drop", "after_events": 1})
+    assert status == 200 and [e.get("method") for e in events] == ["notifications/progress"]
+
+
+def test_mcp_session_lost_on_a_raw_socket(server: ChaosServer) -> None:
+    status, _ = _call_with(server, {"type": "mcp_session_lost"})
+    assert status == 404
+
+
+def test_tools_changed_on_a_raw_socket(server: ChaosServer) -> None:
+    status, events = _call_with(server, {"type": "tools_changed"})
+    methods = [e.get("method") for e in events]
+    assert status == 200 and "notifications/tools/list_changed" in methods
+    assert "result" in events[-1]
+
+
+def test_bad_tool_output_on_a_raw_socket(server: ChaosServer) -> None:
+    status, events = _call_with(server, {"type": "bad_tool_output"})
+    hits = events[-1]["result"]["structuredContent"]["hits"]
+    assert status == 200 and not isinstance(hits, int)
