@@ -77,6 +77,22 @@ class FaultHooks(abc.ABC):
         None (the default): the framing has no checksum, the noise is sent instead."""
         return None
 
+    # -- stored responses (`chaosllm.providers.openai_stored`) ----------------------
+
+    def stored_operation(self, request: JSON) -> str | None:
+        """The operation on a stored response a (bound) request is (``poll``, ``resume``,
+        ``cancel``); None (the default): a request for a new answer."""
+        return None
+
+    def stored_failure(self, answer: JSON, status: str) -> JSON:
+        """A stored response `answer` as it ends when it fails meanwhile (`status`:
+        ``failed`` or ``incomplete``); itself by default."""
+        return answer
+
+    def stored_failure_frame(self, answer: JSON, request: JSON) -> bytes:
+        """The frame a resumed stream of a failed response ends with (none by default)."""
+        return b""
+
     # -- what the pace and the wire quirks need (legal but unusual streams) -----------
 
     def streams_sse(self, body: JSON) -> bool:
