@@ -36,6 +36,7 @@ __all__ = [
     "RESUMED_FROM_WRONG_CURSOR",
     "RE_ASKED_INSTEAD_OF_RESUMED",
     "findings",
+    "recovered",
 ]
 
 RE_ASKED_INSTEAD_OF_RESUMED = "re_asked_instead_of_resumed"
@@ -137,6 +138,24 @@ def findings(
             polled[rid] = (record.monotonic, record.seq, record.retry_after)
         if record.status in (400, 404) and operation in ("resume", "poll"):
             _forget(broken, rid)  # it cannot be resumed: asking again is right
+    return found
+
+
+def recovered(records: Iterable[JournalEntry | JournalRecord]) -> set[int]:
+    """The seqs of the creates whose response the client went on with (resumed, polled
+    or cancelled it): their stream's break is no failure the client gave up on."""
+    created: dict[str, int] = {}
+    found: set[int] = set()
+    for item in records:
+        record = item.record if isinstance(item, JournalEntry) else item
+        bg = record.background
+        if bg is None:
+            continue
+        rid = str(bg.get("id"))
+        if bg.get("operation") == "create":
+            created[rid] = record.seq
+        elif rid in created:
+            found.add(created[rid])
     return found
 
 

@@ -78,6 +78,7 @@ from chaosllm.core.resumption import (
     POLLED_TOO_FAST,
     RE_ASKED_INSTEAD_OF_RESUMED,
     RESUMED_FROM_WRONG_CURSOR,
+    recovered,
 )
 from chaosllm.core.resumption import findings as resumption_findings
 from chaosllm.errors import ConfigError
@@ -483,12 +484,13 @@ def findings(
     records = list(records)
     found: list[Finding] = _mcp_findings([_record_of(item) for item in records])
     stored: dict[str | None, list[JournalEntry | JournalRecord]] = {}
+    resumed = recovered(records)  # a broken background stream the client went on with
     for item in records:
         if _record_of(item).path.startswith(_MCP_PREFIX):
             continue  # a tool server's request: `_mcp_findings`
         stored.setdefault(_record_of(item).session, []).append(item)
         attempt = _attempt(item, by_seq)
-        if attempt is not None:
+        if attempt is not None and attempt.seq not in resumed:
             sessions.setdefault(attempt.session, []).append(attempt)
     for attempts in sessions.values():
         attempts.sort(key=lambda a: a.seq)
