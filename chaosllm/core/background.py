@@ -367,9 +367,11 @@ def operation(engine: Engine, request: Request) -> Chosen | None:
             message = "Only responses created with background=true can be cancelled."
             return _error(request, 400, message)
         now = stored.status_at(elapsed)
+        fields["status"] = now
         if now in ("queued", "in_progress"):
             cancelled = replace(stored, cancelled=elapsed)
             return _exchange(request, 200, snapshot(provider, cancelled, elapsed))
+    fields["status"] = stored.status_at(elapsed)
     return _exchange(request, 200, snapshot(provider, stored, elapsed))
 
 

@@ -16,9 +16,9 @@ sequence number it got is the cursor a correct resume sends.
     a resume whose ``starting_after`` is not the last sequence number the client got:
     below it, events it had are asked again (duplicated text); above, a gap.
 ``polled_too_fast``
-    two polls of one response less than `Tolerances.min_poll_interval` apart (OpenAI's
-    background guide polls every 2 s), or sooner than the Retry-After the previous
-    poll's answer carried.
+    a poll of a response less than `Tolerances.min_poll_interval` after a poll that found
+    it still ``queued`` or ``in_progress`` (OpenAI's background guide polls every 2 s), or
+    sooner than the Retry-After that poll's answer carried.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ __all__ = [
 RE_ASKED_INSTEAD_OF_RESUMED = "re_asked_instead_of_resumed"
 RESUMED_FROM_WRONG_CURSOR = "resumed_from_wrong_cursor"
 POLLED_TOO_FAST = "polled_too_fast"
+_WAITING = frozenset({"queued", "in_progress"})
 
 
 def _delivered(item: JournalEntry | JournalRecord) -> tuple[JournalRecord, int | None]:
@@ -135,7 +136,10 @@ def findings(
                             session,
                         )
                     )
-            polled[rid] = (record.monotonic, record.seq, record.retry_after)
+            if bg.get("status") in _WAITING:
+                polled[rid] = (record.monotonic, record.seq, record.retry_after)
+            else:
+                polled.pop(rid, None)  # it was done: the next poll waits on nothing
         if record.status in (400, 404) and operation in ("resume", "poll"):
             _forget(broken, rid)  # it cannot be resumed: asking again is right
     return found
