@@ -75,6 +75,8 @@ EXPIRED: Final = "expired"
 KEEP_RUNNING: Final = "keep_running"
 """The `FaultType.stored_effect` values."""
 
+_WAITING = frozenset({"queued", "in_progress"})
+
 STORING: Mapping[str, OpenAIStoredResponses] = {
     provider.answers: provider
     for provider in PROVIDERS.values()
@@ -252,6 +254,8 @@ def keep(engine: Engine, request: Request, answer: Answer) -> None:
         events = _events(provider.render(answer.exchange, asked, timing=engine.config.timing))
     if not isinstance(final, dict) or not isinstance(final.get("id"), str):
         return
+    if final.get("status") in _WAITING:
+        return  # recorded from a real background create: its recorded polls answer it
     size = sum(len(e.frame) for e in events) + len(whole.body())
     stored = Stored(
         id=final["id"],

@@ -29,7 +29,7 @@ The errors, as the API answers them (the openai SDK raises `NotFoundError` and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 from urllib.parse import parse_qsl
 
@@ -42,7 +42,7 @@ from chaosllm.providers.openai_responses import (
     OpenAIResponsesErrors,
     OpenAIResponsesFaults,
 )
-from chaosllm.providers.sse import event_frame
+from chaosllm.providers.sse import event_frame, iter_events
 
 __all__ = [
     "CANCEL",
@@ -110,6 +110,19 @@ class OpenAIStoredCodec(OpenAIResponsesCodec):
 
     def model_of(self, body: JSON) -> Any:
         return None
+
+    def assemble(self, frames: Sequence[str]) -> JSON:
+        """A resumed stream's response: its terminal event's, else what its events build
+        (they may continue items whose start the client had before the cursor)."""
+        try:
+            return super().assemble(frames)
+        except (KeyError, IndexError, TypeError):
+            last: JSON = {"object": "response", "status": "in_progress", "output": []}
+            for _, data in iter_events(frames):
+                event = json.loads(data)
+                if isinstance(event, dict) and isinstance(event.get("response"), dict):
+                    last = event["response"]
+            return last
 
 
 class OpenAIStoredFaults(OpenAIResponsesFaults):
