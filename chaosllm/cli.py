@@ -41,6 +41,7 @@ from chaosllm.http.access import AccessLog, LineBuffer
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.cors import parse_cors
 from chaosllm.http.state import ChaosState
+from chaosllm.providers.gateways import GATEWAY_NAMES
 from chaosllm.server import ServerKind, run_server, tls_files
 from chaosllm.store.formats import IMPORTABLE
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
@@ -428,6 +429,11 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="let web pages of ORIGIN (http://host:port, or '*' for any) read provider "
         "answers: CORS headers and preflights (repeatable; none by default)",
+    )
+    serve.add_argument(
+        "--gateway",
+        choices=GATEWAY_NAMES,
+        help="answer and fail as this OpenAI-compatible gateway does (docs: gateways)",
     )
     serve.add_argument(
         "--strict",
@@ -913,6 +919,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_faults=args.max_faults,
         memo_bytes=args.memo_bytes,
         strict=args.strict,
+        gateway=args.gateway,
         rate_limit=rate_limit,
     )
     for d in config.recordings:

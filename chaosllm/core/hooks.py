@@ -73,7 +73,7 @@ def default_hooks() -> Hooks:
     request's checks, the answer adapted (a trace step's bindings, then the workspace),
     the answer to serve checked (structured outputs), ``--strict`` last."""
     from chaosllm.core import background, mcp, review
-    from chaosllm.core.compat import docsgpt, ironclaw, structured
+    from chaosllm.core.compat import docsgpt, gateway, ironclaw, structured
 
     return (
         Hooks(review=(review.system_prompt,))
@@ -83,5 +83,6 @@ def default_hooks() -> Hooks:
         + Hooks(review=(review.strict,))
         + docsgpt.HOOKS
         + mcp.HOOKS
+        + gateway.HOOKS
         + background.HOOKS
     )

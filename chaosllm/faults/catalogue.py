@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from chaosllm.faults import gateway as gw
 from chaosllm.faults import live as lv
 from chaosllm.faults import mcp
 from chaosllm.faults import session as ws
@@ -704,6 +705,58 @@ CATALOGUE: tuple[FaultType, ...] = (
         stored_effect="expired",
         retryable=False,
         simplicity=63,
+    ),
+    # Gateways (`chaosllm.faults.gateway`, `--gateway`): Chat Completions answers only.
+    FaultType(
+        name="openrouter_credits",
+        summary="OpenRouter's 402: the account or key is out of credits",
+        params={"message": _MESSAGE},
+        transform=gw.openrouter_credits,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=64,
+    ),
+    FaultType(
+        name="openrouter_midstream_error",
+        summary="OpenRouter's error after the stream started: a 200 chunk with an error "
+        "member and finish_reason error",
+        params={"after_chunks": _chunks(2), "message": _MESSAGE},
+        transform=gw.openrouter_midstream_error,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        simplicity=65,
+    ),
+    FaultType(
+        name="vllm_stream_error",
+        summary='vLLM\'s error after the stream started: data: {"object": "error", ...}, '
+        "then [DONE]",
+        params={"after_chunks": _chunks(2), "message": _MESSAGE},
+        transform=gw.vllm_stream_error,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        simplicity=66,
+    ),
+    FaultType(
+        name="reasoning_preamble",
+        summary="DeepSeek's leading reasoning_content deltas (content null) before the answer",
+        params={"reasoning": Param(str, "Let me think about this first.", "the reasoning text")},
+        transform=gw.reasoning_preamble,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        delivers_answer=True,
+        simplicity=67,
+    ),
+    FaultType(
+        name="unsupported_param",
+        summary="Groq's 400 naming a parameter the request carries (logprobs, logit_bias, "
+        "top_logprobs, messages[].name, n > 1)",
+        transform=gw.unsupported,
+        on_request=gw.carries_unsupported,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=68,
     ),
 )
 """Every fault type, in the spec's order (the order listings and errors use)."""

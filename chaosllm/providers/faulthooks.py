@@ -68,6 +68,10 @@ class FaultHooks(abc.ABC):
         self.codec = codec
         self.errors = errors
 
+    gateway_compatible: ClassVar[bool] = False
+    """Whether the OpenAI-compatible gateways speak this protocol (Chat Completions): their
+    faults (`chaosllm.faults.gateway`) apply to it."""
+
     finishing_events: ClassVar[frozenset[str]] = frozenset()
     """Stream event types that finish an answer (see `answer_frame_count`)."""
 
