@@ -160,15 +160,25 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _fault_params() -> dict[str, tuple[type, str]]:
+def _number_or_text(text: str) -> int | str:
+    """A flag two types take with different kinds (``--status``): a whole number, else the
+    text (the type's own validation says which it wanted)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _fault_params() -> dict[str, tuple[Any, str]]:
     """Every parameter of every fault type (one `fault arm` flag each): its kind, and its
     doc with the types that take it."""
-    kinds: dict[str, type] = {}
+    kinds: dict[str, Any] = {}
     docs: dict[str, str] = {}
     takers: dict[str, list[str]] = {}
     for entry in FAULT_TYPES.values():
         for name, param in entry.params.items():
-            kinds.setdefault(name, param.kind)
+            if kinds.setdefault(name, param.kind) is not param.kind:
+                kinds[name] = _number_or_text  # http_error's status 503, background_failed's
             docs.setdefault(name, param.doc)
             takers.setdefault(name, []).append(entry.name)
     return {name: (kinds[name], f"{docs[name]} ({', '.join(takers[name])})") for name in kinds}

@@ -52,6 +52,7 @@ from chaosllm.model import (
 from chaosllm.providers import PROVIDERS
 from chaosllm.providers.base import ErrorKind, Provider
 from chaosllm.providers.openai_stored import (
+    ANSWERS,
     CANCEL,
     RESUME,
     OpenAIStoredResponses,
@@ -77,11 +78,9 @@ KEEP_RUNNING: Final = "keep_running"
 
 _WAITING = frozenset({"queued", "in_progress"})
 
-STORING: Mapping[str, OpenAIStoredResponses] = {
-    provider.answers: provider
-    for provider in PROVIDERS.values()
-    if isinstance(provider, OpenAIStoredResponses)
-}
+_OPERATIONS = PROVIDERS["openai.responses.stored"]
+assert isinstance(_OPERATIONS, OpenAIStoredResponses)
+STORING: Mapping[str, OpenAIStoredResponses] = {ANSWERS: _OPERATIONS}
 """The providers whose answers are stored, and the provider of the operations on them."""
 
 
@@ -402,7 +401,7 @@ def settle(engine: Engine, request: Request, answer: Answer) -> None:
     if effect == EXPIRED:
         engine.stored.drop(stored.id)
     elif effect == FAILED:
-        status = answer.fired.spec.param("status") if answer.fired is not None else FAILED
+        status = (answer.fired.spec.param("status") if answer.fired is not None else None) or FAILED
         failed = request.call.provider.faults.stored_failure(
             snapshot(request.call.provider, stored, elapsed), status
         )

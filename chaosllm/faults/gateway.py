@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from chaosllm.model import JSON, Framing, Piece, ResponsePlan
 from chaosllm.providers.base import Provider, text_pieces
-from chaosllm.providers.gateways import GATEWAYS, dumps, unsupported_param
+from chaosllm.providers.gateways import GATEWAYS, dumps, refused_param
 
 if TYPE_CHECKING:
     from chaosllm.faults.spec import FaultSpec
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "carries_unsupported",
     "chat_answer",
+    "chat_any",
     "chat_request",
     "openrouter_credits",
     "openrouter_midstream_error",
@@ -35,11 +36,17 @@ CREDITS = (
 )
 """OpenRouter's 402 as users capture it (the affordability check before the call)."""
 MIDSTREAM = "Provider disconnected unexpectedly"
+REASONING = "Let me think about this first."
 
 
 def chat_answer(provider: Provider, answer: JSON) -> bool:
     """A Chat Completions answer (what the gateways speak)."""
     return provider.faults.gateway_compatible and isinstance(answer, dict)
+
+
+def chat_any(provider: Provider, answer: JSON) -> bool:
+    """Any answer of the protocol the gateways speak."""
+    return provider.faults.gateway_compatible
 
 
 def chat_request(provider: Provider, request: JSON, stream: bool) -> bool:
@@ -48,7 +55,7 @@ def chat_request(provider: Provider, request: JSON, stream: bool) -> bool:
 
 
 def carries_unsupported(provider: Provider, request: JSON, stream: bool) -> bool:
-    return provider.faults.gateway_compatible and unsupported_param(request) is not None
+    return provider.faults.gateway_compatible and refused_param(request) is not None
 
 
 def _json(status: int, body: Any, plan: ResponsePlan) -> ResponsePlan:
@@ -119,7 +126,7 @@ def vllm_stream_error(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) ->
 def reasoning_preamble(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
     """DeepSeek's reasoning first: ``reasoning_content`` deltas (``content: null``) after
     the role chunk, before any content; a JSON answer's message carries it whole."""
-    reasoning = spec.param("reasoning")
+    reasoning = spec.param("reasoning") or REASONING
     if not _streaming(plan, ctx):
         answer = copy.deepcopy(ctx.answer)
         for choice in answer.get("choices") or []:
@@ -140,5 +147,5 @@ def reasoning_preamble(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -
 
 
 def unsupported(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
-    message = unsupported_param(ctx.request) or "property is unsupported"
+    message = refused_param(ctx.request) or "property is unsupported"
     return _json(400, GATEWAYS["groq"].error(400, message), plan)

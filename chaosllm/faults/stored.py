@@ -25,7 +25,13 @@ __all__ = [
     "response_expired",
     "resume",
     "resume_refused",
+    "stored",
 ]
+
+
+def stored(provider: Provider, answer: JSON) -> bool:
+    """An answer to an operation on a stored response."""
+    return provider.faults.stores_responses
 
 
 def any_operation(provider: Provider, request: JSON, stream: bool) -> bool:
@@ -51,7 +57,7 @@ def background_failed(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) ->
     faults = ctx.provider.faults
     if plan.status != 200:
         return plan  # the operation itself was refused: the client learns nothing new
-    failed = faults.stored_failure(ctx.answer, spec.param("status"))
+    failed = faults.stored_failure(ctx.answer, spec.param("status") or "failed")
     if ctx.stream:
         frame = faults.stored_failure_frame(failed, ctx.request)
         return plan.with_(pieces=(Piece(frame),))

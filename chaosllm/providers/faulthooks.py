@@ -83,6 +83,9 @@ class FaultHooks(abc.ABC):
 
     # -- stored responses (`chaosllm.providers.openai_stored`) ----------------------
 
+    stores_responses: ClassVar[bool] = False
+    """Whether its requests are operations on stored responses (their faults apply)."""
+
     def stored_operation(self, request: JSON) -> str | None:
         """The operation on a stored response a (bound) request is (``poll``, ``resume``,
         ``cancel``); None (the default): a request for a new answer."""

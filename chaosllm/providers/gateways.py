@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from chaosllm.model import JSON
 
-__all__ = ["GATEWAYS", "GATEWAY_NAMES", "Gateway", "unsupported_param"]
+__all__ = ["GATEWAYS", "GATEWAY_NAMES", "Gateway", "refused_param"]
 
 
 def _openrouter_error(status: int, message: str) -> dict[str, Any]:
@@ -135,9 +135,7 @@ GATEWAYS: Mapping[str, Gateway] = {
 GATEWAY_NAMES: Final = tuple(GATEWAYS)
 
 
-def unsupported_param(
-    body: JSON, refuses: tuple[str, ...] = GATEWAYS["groq"].refuses
-) -> str | None:
+def refused_param(body: JSON, refuses: tuple[str, ...] = GATEWAYS["groq"].refuses) -> str | None:
     """Groq's 400 message for the first refused parameter the request carries (None: it
     carries none)."""
     if not isinstance(body, dict):

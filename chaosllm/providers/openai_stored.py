@@ -45,6 +45,7 @@ from chaosllm.providers.openai_responses import (
 from chaosllm.providers.sse import event_frame, iter_events
 
 __all__ = [
+    "ANSWERS",
     "CANCEL",
     "POLL",
     "RESUME",
@@ -55,6 +56,8 @@ __all__ = [
     "too_old_to_stream",
 ]
 
+ANSWERS: Final = OpenAIResponses.name
+"""The provider whose answers are stored and operated on here."""
 POLL: Final = "poll"
 RESUME: Final = "resume"
 CANCEL: Final = "cancel"
@@ -128,6 +131,8 @@ class OpenAIStoredCodec(OpenAIResponsesCodec):
 class OpenAIStoredFaults(OpenAIResponsesFaults):
     """What faults need of a stored response's operations."""
 
+    stores_responses = True
+
     def stored_operation(self, request: JSON) -> str | None:
         operation = request.get("operation") if isinstance(request, dict) else None
         return operation if operation in OPERATIONS else None
@@ -177,8 +182,7 @@ class OpenAIStoredResponses(Provider):
         "/responses/{response_id}": ("GET",),
     }
     bodiless = True
-    answers = OpenAIResponses.name
-    """Whose answers it serves again (the provider its recordings' answers are from)."""
+    model_protocol = False
 
     def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
         response_id = params["response_id"]
@@ -203,14 +207,12 @@ class OpenAIStoredResponses(Provider):
                     param="starting_after",
                 )
         bound.pop("cancel", None)
-        bound["operation"] = CANCEL if self._cancels(params) else RESUME if stream else POLL
+        cancels = bool(params.get("_cancel"))
+        bound["operation"] = CANCEL if cancels else RESUME if stream else POLL
         if stream:
             bound["stream"] = True
             bound["starting_after"] = after
         return bound
-
-    def _cancels(self, params: Mapping[str, str]) -> bool:
-        return bool(params.get("_cancel"))
 
     def path_params(self, path: str) -> dict[str, str] | None:
         params = super().path_params(path)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from chaosllm.core.call import Request
 from chaosllm.core.hooks import Hooks
 from chaosllm.model import Framing, Piece, ResponsePlan
-from chaosllm.providers.gateways import GATEWAYS, Gateway, dumps, unsupported_param
+from chaosllm.providers.gateways import GATEWAYS, Gateway, dumps, refused_param
 
 if TYPE_CHECKING:
     from chaosllm.core.engine import Engine
@@ -47,7 +47,7 @@ def shaped(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan
     if name is None or not request.call.provider.faults.gateway_compatible:
         return plan
     gateway = GATEWAYS[name]
-    refused = unsupported_param(request.body, gateway.refuses) if gateway.refuses else None
+    refused = refused_param(request.body, gateway.refuses) if gateway.refuses else None
     if refused is not None:
         return _json(400, gateway.error(400, refused), plan)
     if not plan.send_head or not plan.pieces:
