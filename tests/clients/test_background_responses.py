@@ -70,14 +70,15 @@ def test_polling_without_waiting_is_polled_too_fast(
     assert [f.name for f in server.verdict("eager")] == ["polled_too_fast"] * 2
 
 
+@pytest.mark.parametrize("cut", ["dropped_connection", "connection_reset"])
 def test_a_dropped_background_stream_resumed_from_the_last_sequence_number(
-    server: ChaosServer,
+    server: ChaosServer, cut: str
 ) -> None:
     with session_client(server, "whole") as client:
         whole = list(client.responses.create(**HAIKU, background=True, stream=True))
-    server.arm({"type": "dropped_connection", "after_chunks": 8, "match": {"session": "drop"}})
+    server.arm({"type": cut, "after_chunks": 8, "match": {"session": cut}})
     got: list[Any] = []
-    with session_client(server, "drop") as client:
+    with session_client(server, cut) as client:
         with pytest.raises(openai.APIConnectionError):
             for event in client.responses.create(**HAIKU, background=True, stream=True):
                 got.append(event)
@@ -91,7 +92,7 @@ def test_a_dropped_background_stream_resumed_from_the_last_sequence_number(
     assert [e.sequence_number for e in rest] == list(range(8, len(whole)))
     assert text(got + rest) == text(whole) and text(whole).startswith("Waves")
     assert rest[-1].type == "response.completed"
-    assert server.verdict("drop") == []
+    assert server.verdict(cut) == []
 
 
 def test_a_client_that_asks_again_after_the_drop_is_told_to_resume(server: ChaosServer) -> None:
