@@ -733,10 +733,10 @@ def test_every_catalogue_type_has_wire_tests() -> None:
     test_gemini_live.py."""
     from tests.clients import test_gemini_live, test_realtime_faults
     from tests.engine import test_pace
-    from tests.wire import test_quirks
+    from tests.wire import test_quirks, test_stored_and_gateway_faults
 
     tests = [name for name in globals() if name.startswith("test_")]
-    elsewhere = {*test_quirks.QUIRKS}
+    elsewhere = {*test_quirks.QUIRKS, *test_stored_and_gateway_faults.COVERED}
     sessions = [*vars(test_realtime_faults), *vars(test_gemini_live)]
     elsewhere.update(t for t in FAULT_TYPES if any(n.startswith(f"test_{t}_") for n in sessions))
     if any(n.startswith("test_on_a_socket_the_pace") for n in vars(test_pace)):
