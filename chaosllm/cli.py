@@ -41,6 +41,7 @@ from chaosllm.http.access import AccessLog, LineBuffer
 from chaosllm.http.control import parse_allow_hosts
 from chaosllm.http.cors import parse_cors
 from chaosllm.http.state import ChaosState
+from chaosllm.providers.gateways import GATEWAY_NAMES
 from chaosllm.server import ServerKind, run_server, tls_files
 from chaosllm.store.formats import IMPORTABLE
 from chaosllm.store.matching import DEFAULT_ORDER, Strategy
@@ -159,15 +160,25 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _fault_params() -> dict[str, tuple[type, str]]:
+def _number_or_text(text: str) -> int | str:
+    """A flag two types take with different kinds (``--status``): a whole number, else the
+    text (the type's own validation says which it wanted)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _fault_params() -> dict[str, tuple[Any, str]]:
     """Every parameter of every fault type (one `fault arm` flag each): its kind, and its
     doc with the types that take it."""
-    kinds: dict[str, type] = {}
+    kinds: dict[str, Any] = {}
     docs: dict[str, str] = {}
     takers: dict[str, list[str]] = {}
     for entry in FAULT_TYPES.values():
         for name, param in entry.params.items():
-            kinds.setdefault(name, param.kind)
+            if kinds.setdefault(name, param.kind) is not param.kind:
+                kinds[name] = _number_or_text  # http_error's status 503, background_failed's
             docs.setdefault(name, param.doc)
             takers.setdefault(name, []).append(entry.name)
     return {name: (kinds[name], f"{docs[name]} ({', '.join(takers[name])})") for name in kinds}
@@ -428,6 +439,11 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="let web pages of ORIGIN (http://host:port, or '*' for any) read provider "
         "answers: CORS headers and preflights (repeatable; none by default)",
+    )
+    serve.add_argument(
+        "--gateway",
+        choices=GATEWAY_NAMES,
+        help="answer and fail as this OpenAI-compatible gateway does (docs: gateways)",
     )
     serve.add_argument(
         "--strict",
@@ -913,6 +929,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_faults=args.max_faults,
         memo_bytes=args.memo_bytes,
         strict=args.strict,
+        gateway=args.gateway,
         rate_limit=rate_limit,
     )
     for d in config.recordings:

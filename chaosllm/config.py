@@ -346,6 +346,9 @@ class ServerConfig:
     server without one is proxied to `upstream` + ``/mcp/NAME``."""
     mcp_stream_ms: float = 300_000.0
     """How long an MCP GET stream (server-to-client) stays open at most."""
+    gateway: str | None = None
+    """The OpenAI-compatible gateway whose answers and errors to give (``--gateway``:
+    `chaosllm.providers.gateways`); None: OpenAI's own."""
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -175,6 +175,9 @@ class Answer:
     fired: Fired | None = None
     limited: RateLimitState | None = None
     """The live rate limit's state after this request was charged, if any."""
+    unfaulted: ResponsePlan | None = None
+    """The plan before the fault that fired (`fired`), with its fresh ids: the whole
+    answer the provider made, of which the client got what the fault left."""
     rendering: Hashable | None = None
     """The memo key of the plan as rendered, when it is a stored recording's (what the
     fresh ids' template is kept under); None: rendered for this request alone."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from chaosllm.config import Mode, RateLimit, ServerConfig, session_scenario
 from chaosllm.core import proxy
+from chaosllm.core.background import StoredResponses
 from chaosllm.core.call import Chosen, Decision, ProviderCall, Proxy, Reply, Request
 from chaosllm.core.clock import Clock, SystemClock
 from chaosllm.core.hooks import Hooks, default_hooks
@@ -96,6 +97,8 @@ class Engine:
         self.redactor = redactor if redactor is not None else Redactor(config.secrets)
         self.sessions = Sessions(config.max_sessions, self.version)
         self.memo = Memo(self.version, max_bytes=config.memo_bytes)
+        self.stored = StoredResponses(clock=self.clock)
+        """The responses a client may ask for again (``background``, ``store``)."""
         self.hooks = hooks if hooks is not None else default_hooks()
         self.limiter: RateLimiter | None = None
         """The live rate limits (``--rate-limit``; `set_rate_limit`); None: off."""
@@ -209,5 +212,6 @@ class Engine:
         self.matcher.reset()
         self.sessions.clear()
         self.memo.clear()
+        self.stored.clear()
         if self.limiter is not None:
             self.limiter.clear()

@@ -17,6 +17,10 @@ Each point is an ordered tuple of plain functions, called at a fixed place:
                    request's model)
 ``headers``        headers a mode adds to every answer it serves (DocsGPT's CORS)
 ``plan``           the plan as sent, last (DocsGPT's delay headers)
+``answered``       the answer as shaped, before it is journalled, with the whole plan a
+                   fault cut (`chaosllm.core.call.Answer`): what a feature keeps of it and
+                   answers instead (a background response stored, the client told it is
+                   queued)
 =================  =========================================================================
 
 A hook that makes an answer depend on anything but the request and the server's state
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from chaosllm.core.call import Chosen, Decision, Headers, Request
+from chaosllm.core.call import Answer, Chosen, Decision, Headers, Request
 from chaosllm.core.review import Reviewer
 from chaosllm.model import Exchange, ResponsePlan
 
@@ -52,6 +56,7 @@ class Hooks:
     exchange: tuple[Callable[[Engine, Request, Exchange], Exchange], ...] = ()
     headers: tuple[Callable[[Engine, Request], Headers], ...] = ()
     plan: tuple[Callable[[Engine, Request, ResponsePlan], ResponsePlan], ...] = ()
+    answered: tuple[Callable[[Engine, Request, Answer], None], ...] = ()
 
     def __add__(self, other: Hooks) -> Hooks:
         """Both tables, `self`'s functions first at every point."""
@@ -67,8 +72,8 @@ def default_hooks() -> Hooks:
     """The core's reviewers and every compatibility plug-in, in the order they run: the
     request's checks, the answer adapted (a trace step's bindings, then the workspace),
     the answer to serve checked (structured outputs), ``--strict`` last."""
-    from chaosllm.core import mcp, review
-    from chaosllm.core.compat import docsgpt, ironclaw, structured
+    from chaosllm.core import background, mcp, review
+    from chaosllm.core.compat import docsgpt, gateway, ironclaw, structured
 
     return (
         Hooks(review=(review.system_prompt,))
@@ -78,4 +83,6 @@ def default_hooks() -> Hooks:
         + Hooks(review=(review.strict,))
         + docsgpt.HOOKS
         + mcp.HOOKS
+        + gateway.HOOKS
+        + background.HOOKS
     )

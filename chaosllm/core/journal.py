@@ -143,6 +143,9 @@ class JournalRecord(NamedTuple):
     """The live rate limit (``--rate-limit``) answered: the caller's buckets were empty."""
     tool: str | None = None
     """The tool an MCP ``tools/call`` calls (its ``method`` is the JSON-RPC method)."""
+    background: Mapping[str, Any] | None = None
+    """A stored response's creation or an operation on it (`chaosllm.core.background`):
+    its id, the ``operation`` and the sequence numbers of the events it sent."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +172,7 @@ class JournalRecord(NamedTuple):
             "code": self.code,
             "rate_limited": self.rate_limited,
             **({"tool": self.tool} if self.tool is not None else {}),
+            "background": dict(self.background) if self.background is not None else None,
         }
 
 

@@ -50,7 +50,9 @@ def forward_unparsed(engine: Engine, call: ProviderCall, *, record: bool, turn: 
     forwarded as it is, and only recorded (and faulted) when it is a JSON object that
     can be keyed."""
     try:
-        parsed = bind(call.provider, parse_json(call.body), call)
+        raw = call.body
+        bodiless = not raw and call.provider.bodiless
+        parsed = bind(call.provider, {} if bodiless else parse_json(raw), call)
     except InvalidRequest:
         parsed = None
     redactor = engine.redactor.carrying(call.credentials)

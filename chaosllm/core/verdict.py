@@ -74,6 +74,13 @@ from typing import Any
 
 from chaosllm.core.journal import JournalEntry, JournalRecord
 from chaosllm.core.report import Outcome
+from chaosllm.core.resumption import (
+    POLLED_TOO_FAST,
+    RE_ASKED_INSTEAD_OF_RESUMED,
+    RESUMED_FROM_WRONG_CURSOR,
+    recovered,
+)
+from chaosllm.core.resumption import findings as resumption_findings
 from chaosllm.errors import ConfigError
 from chaosllm.faults.board import Fired
 from chaosllm.faults.catalogue import FAULT_TYPES, NON_RETRYABLE_CLASSES, retryable_type
@@ -102,6 +109,7 @@ FINDING_NAMES = (
     TOOL_EXECUTED_TWICE_AFTER_RETRY,
     NO_REINITIALIZE_AFTER_SESSION_LOST,
     TOOL_ERROR_HIDDEN_FROM_MODEL,
+    *(RE_ASKED_INSTEAD_OF_RESUMED, RESUMED_FROM_WRONG_CURSOR, POLLED_TOO_FAST),
 )
 """Every finding's name, in the spec's order."""
 
@@ -157,6 +165,9 @@ class Tolerances:
     max_retry_after: float = 60.0
     """A Retry-After longer than this excuses giving up (the ``openai`` SDK ignores
     longer ones too)."""
+    min_poll_interval: float = 1.0
+    """Polls of one stored response closer than this are ``polled_too_fast`` (half the
+    2 s of OpenAI's background guide)."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -279,6 +290,8 @@ def _attempt(item: JournalEntry | JournalRecord, fired: Mapping[int, Fired]) -> 
         record, report = item, None
     if record.digest is None:
         return None  # a body that could not be read: no call to be the same as
+    if record.background is not None and record.background.get("operation") != "create":
+        return None  # polls and resumes repeat by design (`chaosllm.core.resumption`)
     fault = record.fault
     if fault is None and record.seq in fired:
         spec = fired[record.seq].spec
@@ -470,11 +483,14 @@ def findings(
     sessions: dict[str | None, list[_Attempt]] = {}
     records = list(records)
     found: list[Finding] = _mcp_findings([_record_of(item) for item in records])
+    stored: dict[str | None, list[JournalEntry | JournalRecord]] = {}
+    resumed = recovered(records)  # a broken background stream the client went on with
     for item in records:
         if _record_of(item).path.startswith(_MCP_PREFIX):
             continue  # a tool server's request: `_mcp_findings`
+        stored.setdefault(_record_of(item).session, []).append(item)
         attempt = _attempt(item, by_seq)
-        if attempt is not None:
+        if attempt is not None and attempt.seq not in resumed:
             sessions.setdefault(attempt.session, []).append(attempt)
     for attempts in sessions.values():
         attempts.sort(key=lambda a: a.seq)
@@ -485,6 +501,9 @@ def findings(
             found.extend(_no_backoff(call, tolerances))
             found.extend(_gave_up(call, tolerances))
         found.extend(_storms(calls, tolerances))
+    for items in stored.values():
+        items.sort(key=lambda i: (i.record if isinstance(i, JournalEntry) else i).seq)
+        found.extend(resumption_findings(items, tolerances))
     order = {name: i for i, name in enumerate(FINDING_NAMES)}
     found.sort(key=lambda f: (f.seqs[0], f.seqs[-1], order[f.name]))
     return found

@@ -19,9 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from chaosllm.faults import gateway as gw
 from chaosllm.faults import live as lv
 from chaosllm.faults import mcp
 from chaosllm.faults import session as ws
+from chaosllm.faults import stored as sr
 from chaosllm.faults import transform as t
 from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers.base import Provider
@@ -72,6 +74,8 @@ class Param:
     maximum: float | None = None
     draw: Draw | None = None
     """How ``chaosllm.strategies`` draws it (None: drawn specs keep the default)."""
+    choices: tuple[str, ...] = ()
+    """The values a text parameter may take (none: any text)."""
 
     @property
     def text(self) -> bool:
@@ -149,6 +153,9 @@ class FaultType:
     mcp_effect: str | None = None
     """What firing does to the MCP session (``ends_session``, ``changes_tools``: the
     engine's MCP hooks, `chaosllm.core.mcp`, write it); None: nothing."""
+    stored_effect: str | None = None
+    """What it does for good to the stored response it fires on (`chaosllm.core.background`:
+    ``failed``, ``expired``, ``keep_running``); None: nothing."""
     retryable: bool | None = None
     """Whether a client should send the request it broke again (the verdicts of
     `chaosllm.core.verdict`): True for a transient failure that a retry cures (not
@@ -263,6 +270,7 @@ _SESSION_FAULTS = (
     ),
 )
 
+_ENDS = ("failed", "incomplete")
 
 CATALOGUE: tuple[FaultType, ...] = (
     FaultType(
@@ -660,6 +668,100 @@ CATALOGUE: tuple[FaultType, ...] = (
         on_request=mcp.tool_call,
         mcp=True,
         simplicity=46,
+    ),
+    # Background responses (`chaosllm.faults.stored`): on the next poll, resume or cancel.
+    FaultType(
+        name="background_failed",
+        summary="the stored response fails meanwhile: `status` failed (with the API's "
+        "server_error object) or incomplete, on the next poll, resume or cancel",
+        params={"status": Param(str, None, "failed or incomplete (default failed)", choices=_ENDS)},
+        transform=sr.background_failed,
+        applies=sr.stored,
+        on_request=sr.any_operation,
+        stored_effect="failed",
+        simplicity=60,
+    ),
+    FaultType(
+        name="resume_refused",
+        summary="a resumed stream refused: 400, the API's 'can no longer be streamed'",
+        transform=sr.resume_refused,
+        applies=sr.stored,
+        on_request=sr.resume,
+        retryable=False,
+        simplicity=61,
+    ),
+    FaultType(
+        name="cancel_ignored",
+        summary="a cancel answers cancelled, and the response runs on to its end",
+        transform=sr.cancel_ignored,
+        applies=sr.stored,
+        on_request=sr.cancel,
+        delivers_answer=True,
+        stored_effect="keep_running",
+        simplicity=62,
+    ),
+    FaultType(
+        name="response_expired",
+        summary="the stored response is gone: 404 for its id from now on",
+        transform=sr.response_expired,
+        applies=sr.stored,
+        on_request=sr.any_operation,
+        stored_effect="expired",
+        retryable=False,
+        simplicity=63,
+    ),
+    # Gateways (`chaosllm.faults.gateway`, `--gateway`): Chat Completions answers only.
+    FaultType(
+        name="openrouter_credits",
+        summary="OpenRouter's 402: the account or key is out of credits",
+        params={"message": _MESSAGE},
+        transform=gw.openrouter_credits,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=64,
+    ),
+    FaultType(
+        name="openrouter_midstream_error",
+        summary="OpenRouter's error after the stream started: a 200 chunk with an error "
+        "member and finish_reason error",
+        params={"after_chunks": _chunks(2), "message": _MESSAGE},
+        transform=gw.openrouter_midstream_error,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        simplicity=65,
+    ),
+    FaultType(
+        name="vllm_stream_error",
+        summary='vLLM\'s error after the stream started: data: {"object": "error", ...}, '
+        "then [DONE]",
+        params={"after_chunks": _chunks(2), "message": _MESSAGE},
+        transform=gw.vllm_stream_error,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        simplicity=66,
+    ),
+    FaultType(
+        name="reasoning_preamble",
+        summary="DeepSeek's leading reasoning_content deltas (content null) before the answer",
+        params={"reasoning": Param(str, None, "the reasoning text (default: a sentence)")},
+        transform=gw.reasoning_preamble,
+        applies=gw.chat_answer,
+        on_request=gw.chat_request,
+        delivers_answer=True,
+        simplicity=67,
+    ),
+    FaultType(
+        name="unsupported_param",
+        summary="Groq's 400 naming a parameter the request carries (logprobs, logit_bias, "
+        "top_logprobs, messages[].name, n > 1)",
+        transform=gw.unsupported,
+        applies=gw.chat_any,
+        on_request=gw.carries_unsupported,
+        answers_alone=_always,
+        retryable=False,
+        simplicity=68,
     ),
 )
 """Every fault type, in the spec's order (the order listings and errors use)."""

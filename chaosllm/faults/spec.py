@@ -315,6 +315,11 @@ def parse_fault_spec(data: Any, *, defaults: Mapping[str, Any] | None = None) ->
                     f"{t.name}: {name} must be a string, got {_shown(value)}. " + _describe_type(t)
                 )
             params[name] = _text(value, name, t)
+            if param.choices and value not in param.choices:
+                raise InvalidFaultSpec(
+                    f"{t.name}: {name} must be one of {', '.join(param.choices)}, got "
+                    f"{_shown(value)}. " + _describe_type(t)
+                )
         else:
             params[name] = _number(value, name, param, t)
     return FaultSpec(

@@ -171,13 +171,14 @@ async def healthz(request: Request) -> Response:
 
 def _endpoints() -> list[tuple[str, str]]:
     """(method, path) of every provider endpoint, for routing and for the 404."""
-    posts = [
-        path
+    served = [
+        (method, path)
         for provider in PROVIDERS.values()
         for path in (*provider.paths, *provider.path_templates)
+        for method in provider.methods_of(path)
     ]
     return [
-        *(("POST", path) for path in posts),
+        *served,
         *(("POST", path) for path in EMBEDDINGS_PATHS),
         *(("POST", path) for path in AZURE_EMBEDDINGS_PATHS),
         *(("GET", path) for path in MODELS_PATHS),
@@ -208,7 +209,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
     chaos = state or ChaosState.from_config(config or ServerConfig())
     routes = [
         *(
-            Route(path, _route(provider), methods=["POST"])
+            Route(path, _route(provider), methods=list(provider.methods_of(path)))
             for provider in PROVIDERS.values()
             for path in (*provider.paths, *provider.path_templates)
         ),

@@ -23,6 +23,7 @@ from chaosllm.providers.mcp import Mcp
 from chaosllm.providers.ollama import OllamaChat, OllamaGenerate
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.providers.openai_responses import OpenAIResponses
+from chaosllm.providers.openai_stored import OpenAIStoredResponses
 
 __all__ = [
     "DEFAULT_PROVIDER",
@@ -38,6 +39,7 @@ __all__ = [
     "OllamaGenerate",
     "OpenAIChat",
     "OpenAIResponses",
+    "OpenAIStoredResponses",
     "Provider",
     "canonical_json",
     "error_body_for_path",
@@ -52,6 +54,7 @@ PROVIDERS: dict[str, Provider] = {
         AnthropicMessages(),
         OpenAIChat(),
         OpenAIResponses(),
+        OpenAIStoredResponses(),
         Gemini(),
         OllamaChat(),
         OllamaGenerate(),

@@ -149,6 +149,12 @@ class Provider:
     ``{name:path}`` any run of characters, slashes too (Starlette's syntax, so the ASGI
     app routes them as they are). What the path and the query carry is folded into the
     request by `bind`."""
+    methods: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """The methods of the paths (or templates) served otherwise than by ``POST`` (a
+    stored response is fetched with ``GET``)."""
+    bodiless: ClassVar[bool] = False
+    """Whether its requests may carry no body (the path and the query say it all): an
+    empty body is then ``{}``."""
     client_header: ClassVar[str | None] = None
     """A request header only this protocol's SDK sends (how a shared endpoint such as
     ``GET /v1/models`` tells the protocol asking)."""
@@ -179,6 +185,10 @@ class Provider:
             if found is not None:
                 return found.groupdict()
         return None
+
+    def methods_of(self, path: str) -> tuple[str, ...]:
+        """The methods a path (or template) of `paths`/`path_templates` is served by."""
+        return self.methods.get(path, ("POST",))
 
     def bind(self, body: JSON, params: Mapping[str, str], query: str) -> JSON:
         """The request as chaosllm keys, matches and records it: the client's body with what

@@ -68,6 +68,10 @@ class FaultHooks(abc.ABC):
         self.codec = codec
         self.errors = errors
 
+    gateway_compatible: ClassVar[bool] = False
+    """Whether the OpenAI-compatible gateways speak this protocol (Chat Completions): their
+    faults (`chaosllm.faults.gateway`) apply to it."""
+
     finishing_events: ClassVar[frozenset[str]] = frozenset()
     """Stream event types that finish an answer (see `answer_frame_count`)."""
 
@@ -76,6 +80,25 @@ class FaultHooks(abc.ABC):
         message with a wrong CRC), what ``garbage`` sends mid-stream without ``data``;
         None (the default): the framing has no checksum, the noise is sent instead."""
         return None
+
+    # -- stored responses (`chaosllm.providers.openai_stored`) ----------------------
+
+    stores_responses: ClassVar[bool] = False
+    """Whether its requests are operations on stored responses (their faults apply)."""
+
+    def stored_operation(self, request: JSON) -> str | None:
+        """The operation on a stored response a (bound) request is (``poll``, ``resume``,
+        ``cancel``); None (the default): a request for a new answer."""
+        return None
+
+    def stored_failure(self, answer: JSON, status: str) -> JSON:
+        """A stored response `answer` as it ends when it fails meanwhile (`status`:
+        ``failed`` or ``incomplete``); itself by default."""
+        return answer
+
+    def stored_failure_frame(self, answer: JSON, request: JSON) -> bytes:
+        """The frame a resumed stream of a failed response ends with (none by default)."""
+        return b""
 
     # -- what the pace and the wire quirks need (legal but unusual streams) -----------
 

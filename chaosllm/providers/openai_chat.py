@@ -447,6 +447,8 @@ class OpenAIChatFaults(FaultHooks):
     codec: OpenAIChatCodec
     errors: OpenAIErrors
 
+    gateway_compatible = True
+
     # -- what the wire quirks need ----------------------------------------------
 
     def usage_frame(self, answer: JSON) -> bytes | None:

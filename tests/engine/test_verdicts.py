@@ -438,6 +438,9 @@ def test_a_finding_in_json() -> None:
         "tool_executed_twice_after_retry",
         "no_reinitialize_after_session_lost",
         "tool_error_hidden_from_model",
+        "re_asked_instead_of_resumed",
+        "resumed_from_wrong_cursor",
+        "polled_too_fast",
     )
 
 
@@ -453,6 +456,7 @@ def test_tolerances_have_documented_defaults() -> None:
         "storm_max_per_second": 10.0,
         "min_attempts": 2,
         "max_retry_after": 60.0,
+        "min_poll_interval": 1.0,
     }
 
 

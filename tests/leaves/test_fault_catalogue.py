@@ -48,6 +48,8 @@ PARAMS = [(t.name, name, p) for t in CATALOGUE for name, p in t.params.items()]
 def sample(param: Param) -> tuple[str, Any]:
     """A valid value for `param`, as typed on a command line or in a query string, and as
     the spec must hold it (text that looks like a number stays text)."""
+    if param.choices:
+        return param.choices[-1], param.choices[-1]
     if param.kind is str:
         return "42", "42"
     low = param.minimum or 0
@@ -73,8 +75,10 @@ def test_entries_are_complete_and_consistent() -> None:
             assert name not in reserved, f"{entry.name}.{name} would shadow a common field"
             assert param.kind in (int, float, str), (entry.name, name)
             assert param.doc, (entry.name, name)
-            # one CLI flag and one query typing per name: every type must agree on its kind
-            assert kinds.setdefault(name, param.kind) is param.kind, (entry.name, name)
+            # one CLI flag and one query typing per name: every type must agree on its kind,
+            # but SPEC's background_failed `status` (failed, incomplete) is http_error's name
+            mixed = (entry.name, name) == ("background_failed", "status")
+            assert kinds.setdefault(name, param.kind) is param.kind or mixed, (entry.name, name)
         defaults = {k: p.default for k, p in entry.params.items() if p.default is not None}
         spec = parse_fault_spec({"type": entry.name, **defaults})  # defaults are valid
         assert spec.effective_params() == parse_fault_spec({"type": entry.name}).effective_params()
@@ -114,6 +118,15 @@ def test_where_a_fault_applies() -> None:
     structured = {"result": {"structuredContent": {"hits": 1}}}  # an MCP tool's result
     assert applies("bad_tool_output", structured) and not applies("bad_tool_output", ANSWER)
     answers_only += ("bad_tool_output",)
+    # the gateways' failures need a Chat Completions answer; a stored response's apply to
+    # the operations on one (another provider) only
+    gateway: tuple[str, ...] = ("openrouter_credits", "openrouter_midstream_error")
+    gateway += ("vllm_stream_error",)
+    gateway += ("reasoning_preamble",)
+    assert all(applies(n, ANSWER) and not applies(n, "text") for n in gateway)
+    stored = ("background_failed", "resume_refused", "cancel_ignored", "response_expired")
+    assert not any(applies(n, ANSWER) for n in stored)
+    answers_only += gateway + stored
     always = [e.name for e in CATALOGUE if e.name not in answers_only]
     assert all(applies(name, "text") and applies(name, ANSWER) for name in always)
 

@@ -29,6 +29,9 @@ SPEC_NAMES = [
     *QUIRKS,
     *SESSION_FAULTS,
     *MCP_FAULTS,
+    *("background_failed", "resume_refused", "cancel_ignored", "response_expired"),
+    *("openrouter_credits", "openrouter_midstream_error", "vllm_stream_error"),
+    *("reasoning_preamble", "unsupported_param"),
 ]
 
 

@@ -52,6 +52,7 @@ def test_registry_routes_every_path_to_its_provider() -> None:
         "ollama.generate",
         "bedrock.converse",
         "mcp",
+        "openai.responses.stored",
     }
     for name, provider in PROVIDERS.items():
         assert isinstance(provider, Provider) and provider.name == name

@@ -17,6 +17,7 @@ PACKAGE = ROOT / "chaosllm"
 
 ROUTES = {"name", "paths", "path_templates", "client_header", "path_params", "bind"}
 ROUTES |= {"model_protocol", "call_headers", "bind_headers"}
+ROUTES |= {"methods", "methods_of", "bodiless"}
 PARTS = {"parts", "codec", "errors", "faults"}
 DELEGATED = {
     "codec": {

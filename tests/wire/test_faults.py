@@ -730,13 +730,14 @@ def test_every_catalogue_type_has_wire_tests() -> None:
     (the SDKs, a naive parser and the bytes on the wire, per quirk) are in
     tests/wire/test_quirks.py, the pace, whose are in tests/engine/test_pace.py, and the
     session faults, on a WebSocket in tests/clients/test_realtime_faults.py and
-    test_gemini_live.py, and the MCP faults, in tests/wire/test_mcp_wire.py."""
+    test_gemini_live.py, the MCP faults, in tests/wire/test_mcp_wire.py, and the stored
+    responses' and gateways' faults, in tests/wire/test_stored_and_gateway_faults.py."""
     from tests.clients import test_gemini_live, test_realtime_faults
     from tests.engine import test_pace
-    from tests.wire import test_mcp_wire, test_quirks
+    from tests.wire import test_mcp_wire, test_quirks, test_stored_and_gateway_faults
 
     tests = [name for name in globals() if name.startswith("test_")]
-    elsewhere = {*test_quirks.QUIRKS}
+    elsewhere = {*test_quirks.QUIRKS, *test_stored_and_gateway_faults.COVERED}
     sessions = [*vars(test_realtime_faults), *vars(test_gemini_live), *vars(test_mcp_wire)]
     elsewhere.update(t for t in FAULT_TYPES if any(n.startswith(f"test_{t}_") for n in sessions))
     if any(n.startswith("test_on_a_socket_the_pace") for n in vars(test_pace)):

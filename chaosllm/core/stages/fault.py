@@ -37,6 +37,7 @@ def fault(engine: Engine, request: Request, answer: Answer) -> None:
     faulted, fired = take(engine, request, given, answer.answer)
     if fired is not None:
         answer.plan, answer.pieces, answer.fired = faulted, None, fired
+        answer.unfaulted = given
 
 
 def take(

@@ -52,7 +52,8 @@ def carried(call: ProviderCall) -> tuple[str, ...]:
 
 def _prepared(engine: Engine, call: ProviderCall) -> Prepared:
     provider, raw = call.provider, call.body
-    body = bind(provider, parse_json(raw), call)
+    parsed = {} if not raw and provider.bodiless else parse_json(raw)
+    body = bind(provider, parsed, call)
     provider.validate(body)
     body = engine.redactor.carrying(carried(call)).request_body(body, raw)
     return Prepared(

@@ -1,7 +1,8 @@
 """Stage 8: the plan as sent: chaosllm's headers (which recording, how it matched, the
 request's digest) and the ``headers`` hooks', the live rate-limit headers instead of any
-recorded ones, the ``plan`` hooks last; and what the journal says of the answer (what of
-it was estimated, a recorded error's facts)."""
+recorded ones, the ``plan`` hooks last, then the ``answered`` hooks (which see the whole
+answer); and what the journal says of the answer (what of it was estimated, a recorded
+error's facts)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,5 @@ def shape(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> N
     for hook in engine.hooks.plan:
         plan = hook(engine, request, plan)
     answer.plan = plan
+    for answered in engine.hooks.answered:
+        answered(engine, request, answer)
