@@ -51,8 +51,8 @@ from typing import Any
 
 from chaosllm.core.verdict import findings
 from chaosllm.errors import BadBaseline, ChaosLLMError
-from chaosllm.faults.session import not_http
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
+from chaosllm.faults.transform import any_request, sse_stream
 from chaosllm.server import ChaosServer
 from chaosllm.store.profiles import load_profile
 
@@ -146,14 +146,19 @@ class ProbeReport:
         return table
 
 
+_MODEL_REQUESTS = (any_request, sse_stream)
+
+
 def default_faults(*, stall_ms: float, types: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One fault of each of `types` (default: every catalogue type) with its default
     parameters, except that a fault which leaves the client with nothing arriving (a
     stall: `FaultType.silence_param`) lasts `stall_ms`, longer than the run's time limit:
     a client without a timeout hangs."""
     faults: list[dict[str, Any]] = []
-    # Session faults fire on WebSocket sessions only: named, not by default.
-    names = [n for n in FAULT_TYPES if FAULT_TYPES[n].on_request is not not_http]
+    # By default the faults of any model request (the catalogue's own request tests): a
+    # session's, an MCP server's, a stored response's or a gateway's fire only there, so
+    # they are named (`types`), not run by default.
+    names = [n for n in FAULT_TYPES if FAULT_TYPES[n].on_request in _MODEL_REQUESTS]
     for name in names if types is None else types:
         spec: dict[str, Any] = {"type": name}
         silence = FAULT_TYPES[name].silence_param
