@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON
+from chaosllm.model import JSON, Piece, ResponsePlan
 from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
@@ -321,6 +321,10 @@ class AnthropicMessagesCodec(Codec):
         }
 
 
+_ERROR_START = b'{"type": "error"'
+"""How every error body chaosllm writes begins (``json.dumps`` of `_envelope`'s)."""
+
+
 class AnthropicMessagesErrors(Errors):
     """`AnthropicMessages`'s errors: its envelope, its failure classes, its rate-limit headers."""
 
@@ -336,6 +340,34 @@ class AnthropicMessagesErrors(Errors):
         if kind == ErrorKind.NO_MATCH and code is not None:
             error["code"] = code
         return {"type": "error", "error": error}
+
+    request_id_headers = ("request-id",)
+    request_id_form = "anthropic"
+
+    def _stamp_body(self, plan: ResponsePlan, ident: str) -> ResponsePlan:
+        """An error body (``{"type": "error", ...}``, whatever the status) says its
+        ``request_id`` too, as the API's do (the SDK's ``ErrorResponse.request_id``)."""
+        if len(plan.pieces) != 1 or plan.pieces[0].frame:
+            return plan
+        data = plan.pieces[0].data
+        if not data.startswith(_ERROR_START) or b'"request_id"' in data:
+            return plan
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return plan
+        if not isinstance(body, dict) or body.get("type") != "error":
+            return plan
+        body["request_id"] = ident
+        stamped = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return plan.with_(pieces=(Piece(stamped, plan.pieces[0].delay_ms, frame=False),))
+
+    def throttle_headers(self, reset: float, wall: float) -> tuple[tuple[str, str], ...]:
+        """The requests left (none) and when the bucket is full again (RFC 3339)."""
+        return (
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", rfc3339(wall + reset)),
+        )
 
     def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
         """``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,

@@ -356,6 +356,8 @@ class BedrockConverseErrors(Errors):
 
     codec: BedrockConverseCodec
 
+    request_id_headers = ("x-amzn-RequestId",)
+
     def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
         return (("x-amzn-errortype", error_type(status) + ERROR_TYPE_SUFFIX),)
 

@@ -140,15 +140,15 @@ _STATUSES: Mapping[int, str] = {
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     409: "ABORTED",
-    412: "FAILED_PRECONDITION",
-    413: "INVALID_ARGUMENT",
     429: "RESOURCE_EXHAUSTED",
     499: "CANCELLED",
     500: "INTERNAL",
-    501: "NOT_IMPLEMENTED",
+    501: "UNIMPLEMENTED",
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+"""The google.rpc code each HTTP status is answered with: the code whose HTTP mapping
+(google/rpc/code.proto) is that status."""
 _PIECE_WORDS = 4
 """Words per streamed text chunk (Gemini streams a few words to a sentence at a time)."""
 CONTEXT_WINDOW: Final = 1_048_576
@@ -168,7 +168,8 @@ _HOSTED_TOOLS: Final = frozenset(
 
 
 def rpc_status(status: int) -> str:
-    """The google.rpc code name Google's APIs answer an HTTP status with."""
+    """The google.rpc code name Google's APIs answer an HTTP status with (a status no code
+    maps to: ``FAILED_PRECONDITION`` for a 4xx, ``INTERNAL`` for a 5xx)."""
     if status in _STATUSES:
         return _STATUSES[status]
     return "INTERNAL" if status >= 500 else "FAILED_PRECONDITION"
@@ -555,6 +556,17 @@ class GeminiErrors(Errors):
         if details:
             error["details"] = details
         return {"error": error}
+
+    def throttled_answer(self, message: str, *, retry_after: float) -> JSON:
+        """Google's 429 with the wait as ``google.rpc.RetryInfo`` (``retryDelay``, a
+        ``google.protobuf.Duration`` in whole seconds, rounded up as ``Retry-After`` is)."""
+        body = self.error_answer(message, status=429)
+        delay = {
+            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+            "retryDelay": f"{math.ceil(retry_after - 1e-9)}s",
+        }
+        body["error"]["details"] = [*body["error"].get("details", []), delay]
+        return body
 
     # -- the named failure classes ----------------------------------------------
 

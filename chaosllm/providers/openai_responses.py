@@ -40,7 +40,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from chaosllm.model import JSON
+from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
@@ -239,7 +239,12 @@ class OpenAIResponsesCodec(Codec):
             arguments = item.get("arguments") or ""
             for piece in argument_pieces(arguments):
                 emit("response.function_call_arguments.delta", **at, delta=piece)
-            emit("response.function_call_arguments.done", **at, arguments=arguments)
+            emit(
+                "response.function_call_arguments.done",
+                **at,
+                name=item.get("name"),
+                arguments=arguments,
+            )
         elif kind == "reasoning":
             emit("response.output_item.added", output_index=index, item={**item, "summary": []})
             for summary_index, summary in enumerate(item.get("summary") or []):
@@ -388,10 +393,30 @@ class OpenAIResponsesFaults(FaultHooks):
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
         _, code = openai_error_type(status)
         code = "rate_limit_exceeded" if status == 429 else code or "server_error"
-        # The hook does not see the stream it ends: sequence_number cannot continue it.
+        # `framed_error` continues the stream's sequence_number.
         return event_frame(
             {"type": "error", "code": code, "message": message, "param": None, "sequence_number": 0}
         ).encode("utf-8")
+
+    def framed_error(self, frame: bytes, plan: ResponsePlan, kept: int) -> bytes:
+        """The ``error`` event numbered after the events it follows: its
+        ``sequence_number`` one past the highest of the first `kept` pieces (every
+        event of a stream carries the next number)."""
+        found = one_event(frame)
+        if found is None:
+            return frame
+        numbers = []
+        for piece in plan.pieces[:kept]:
+            for _, data in iter_events([piece.data.decode("utf-8", "replace")]):
+                try:
+                    number = json.loads(data).get("sequence_number")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(number, int):
+                    numbers.append(number)
+        event = found[2]
+        event["sequence_number"] = max(numbers) + 1 if numbers else kept
+        return event_frame(event).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)
