@@ -42,6 +42,7 @@ from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
+from chaosllm.providers.equivalence import one_text, text_contents, without_keys
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import ErrorKind, Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -103,6 +104,11 @@ def _json_pieces(text: str) -> list[str]:
 
 def _fail(message: str, param: str, code: str = "invalid_request_error") -> InvalidRequest:
     return InvalidRequest(message, param=param, code=code)
+
+
+_AUTO_KEYS = frozenset({"type", "disable_parallel_tool_use"})
+_STREAMING_ONLY = ("eager_input_streaming",)
+"""Members of a tool that change how its input is streamed, not the answer."""
 
 
 def _strip_cache_control(value: JSON) -> JSON:
@@ -191,7 +197,7 @@ class AnthropicMessagesCodec(Codec):
             if key in body and body[key] is not None and not isinstance(body[key], types):
                 raise _fail(f"{key}: Input should be a valid {kind}", key)
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return _strip_cache_control(
             {
                 "model": body.get("model"),
@@ -206,6 +212,27 @@ class AnthropicMessagesCodec(Codec):
                 "tool_choice": body.get("tool_choice"),
             }
         )
+
+    def equivalent(self, written: Any) -> Any:
+        """``system`` and a message's content as one text block are their string; a tool's
+        ``eager_input_streaming`` (how its input streams, not what it is) is dropped;
+        ``tool_choice: {"type": "auto"}`` is the default."""
+        messages = text_contents(written["messages"])
+        choice = written["tool_choice"]
+        if (
+            isinstance(choice, dict)
+            and choice.get("type") == "auto"
+            and not choice.get("disable_parallel_tool_use")
+            and set(choice) <= _AUTO_KEYS
+        ):
+            choice = None
+        return {
+            **written,
+            "system": one_text(written["system"]),
+            "messages": messages,
+            "tools": without_keys(written["tools"], _STREAMING_ONLY),
+            "tool_choice": choice,
+        }
 
     # -- responses --------------------------------------------------------------
 

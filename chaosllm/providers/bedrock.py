@@ -227,7 +227,7 @@ class BedrockConverseCodec(Codec):
             if key in body and not isinstance(body[key], dict):
                 raise _fail(f"Value at '{key}' failed to satisfy constraint", key)
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return {
             "modelId": body.get("modelId"),
             "system": body.get("system"),

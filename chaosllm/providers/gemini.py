@@ -64,6 +64,7 @@ from chaosllm.providers.conversation import (
     _missing_system,
 )
 from chaosllm.providers.embeddings import embed
+from chaosllm.providers.equivalence import proto_json_names
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -126,6 +127,22 @@ _BOUND = ("model", "stream", "alt")
 """What `bind` folds into a request: never part of what a client sends."""
 _STRUCTURED = ("responseMimeType", "responseSchema", "responseJsonSchema", "response_json_schema")
 """The fields of generationConfig that decide the answer's shape (part of the digest)."""
+
+_OPAQUE_FIELDS: Final = frozenset(
+    {
+        "args",
+        "response",
+        "parametersJsonSchema",
+        "responseJsonSchema",
+        "default",
+        "example",
+        "partialArgs",
+    }
+)
+"""Fields whose value is a ``google.protobuf.Struct``/``Value`` (the caller's JSON): their
+member names are data, never proto field names."""
+_MAP_FIELDS: Final = frozenset({"properties"})
+"""Map fields: their keys are the caller's names (a schema's properties)."""
 
 _SSE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"sse": True}))
 _ARRAY: tuple[str, Mapping[str, Any]] = ("json-array", MappingProxyType({"sse": False}))
@@ -397,7 +414,7 @@ class GeminiCodec(Codec):
                     f"Invalid value at '{key}' ({type_name(body[key])}): expected {kind}.", key
                 )
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         config = body.get("generationConfig")
         structured = (
             {k: config[k] for k in _STRUCTURED if k in config} if isinstance(config, dict) else {}
@@ -414,6 +431,13 @@ class GeminiCodec(Codec):
             "generationConfig": structured or None,
             "cachedContent": body.get("cachedContent"),
         }
+
+    def equivalent(self, written: Any) -> Any:
+        """Every field named in proto3 JSON's lowerCamelCase (the API reads
+        ``parameters_json_schema`` as ``parametersJsonSchema``), the caller's data
+        (arguments, schemas, property names) as it is."""
+        named: dict[str, Any] = proto_json_names(written, _OPAQUE_FIELDS, _MAP_FIELDS)
+        return named
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """``alt=sse``: SSE events; without: a streamed JSON array."""

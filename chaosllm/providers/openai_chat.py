@@ -41,6 +41,7 @@ from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import CHAT_CHECKS
+from chaosllm.providers.equivalence import text_contents
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import FaultHooks
 from chaosllm.providers.openai_common import (
@@ -189,7 +190,7 @@ class OpenAIChatCodec(Codec):
                 raise missing(f"messages[{i}].tool_call_id")
         expect_typed_fields(body, _TYPED_FIELDS)
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return {
             "model": body.get("model"),
             "messages": [
@@ -202,6 +203,15 @@ class OpenAIChatCodec(Codec):
             "tool_choice": body.get("tool_choice"),
             "response_format": body.get("response_format"),
         }
+
+    def equivalent(self, written: Any) -> Any:
+        """A message's content as one text part is its string; ``tool_choice`` at its
+        default (``auto`` with tools, ``none`` without) is no tool_choice."""
+        messages = text_contents(written["messages"])
+        choice = written["tool_choice"]
+        if choice == ("auto" if written["tools"] else "none"):
+            choice = None
+        return {**written, "messages": messages, "tool_choice": choice}
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""

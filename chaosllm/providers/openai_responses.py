@@ -45,6 +45,7 @@ from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import RESPONSES_CHECKS
+from chaosllm.providers.equivalence import one_text
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
 from chaosllm.providers.openai_common import (
@@ -93,6 +94,25 @@ sse_event = event_frame
 """One Responses stream frame: ``event: <type>`` and its JSON data (`sse.event_frame`)."""
 
 
+def _easy_message(item: JSON) -> JSON:
+    """An input message in its shortest form (see `OpenAIResponsesCodec.equivalent`)."""
+    if not (isinstance(item, dict) and "role" in item and item.get("type", "message") == "message"):
+        return item
+    easy = {k: v for k, v in item.items() if k != "type"}
+    if "content" in easy:
+        easy["content"] = one_text(easy["content"], ("input_text", "output_text"))
+    return easy
+
+
+def _is_user_text(item: JSON) -> bool:
+    return (
+        isinstance(item, dict)
+        and set(item) == {"role", "content"}
+        and item["role"] == "user"
+        and isinstance(item["content"], str)
+    )
+
+
 def _strip_status(item: JSON) -> JSON:
     if isinstance(item, dict):
         return {k: v for k, v in item.items() if k != "status"}
@@ -139,7 +159,7 @@ class OpenAIResponsesCodec(Codec):
             if tool.get("type") == "function" and not isinstance(tool.get("name"), str):
                 raise missing(f"tools[{i}].name")
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         items = body.get("input")
         text = body.get("text")
         canonical = {
@@ -156,6 +176,19 @@ class OpenAIResponsesCodec(Codec):
             if body.get(key) is not None:
                 canonical[key] = body[key]
         return canonical
+
+    def equivalent(self, written: Any) -> Any:
+        """An input message is the same with or without ``type: "message"``, its content
+        as one ``input_text`` (``output_text``) part is its string, and an input of one
+        user message with a string is that string; ``tool_choice: "auto"`` is the
+        default."""
+        items = written["input"]
+        if isinstance(items, list):
+            items = [_easy_message(item) for item in items]
+            if len(items) == 1 and _is_user_text(items[0]):
+                items = items[0]["content"]
+        choice = None if written["tool_choice"] == "auto" else written["tool_choice"]
+        return {**written, "input": items, "tool_choice": choice}
 
     def thread(self, body: JSON) -> Any:
         """``previous_response_id`` and ``conversation`` (None when neither is set)."""
