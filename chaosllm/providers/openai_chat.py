@@ -151,10 +151,26 @@ def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
         if chunk is None:
             continue
         if base:
+            if not chunk.get("object"):
+                continue  # Azure's prompt-filter chunk: no id, object or model of its own
             return {k: chunk[k] for k in _CHUNK_BASE if k in chunk}
         if chunk.get("choices") == [] and chunk.get("usage") is not None:
             return chunk
     return None
+
+
+def _with_refusal(answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` with ``refusal: null`` on each message lacking one (the API's messages
+    always carry it); `answer` itself when none lacks it."""
+    choices = answer.get("choices")
+    messages = [c.get("message") for c in choices or () if isinstance(c, dict)]
+    if all(not isinstance(m, dict) or "refusal" in m for m in messages):
+        return answer
+    served = copy.deepcopy(answer)
+    for choice in served["choices"]:
+        if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            choice["message"].setdefault("refusal", None)
+    return served
 
 
 class OpenAIChatCodec(Codec):
@@ -240,10 +256,10 @@ class OpenAIChatCodec(Codec):
     def served_answer(self, answer: JSON, request: JSON) -> JSON:
         """An answer without usage (a stream recorded without ``include_usage``) gets an
         estimated one, and its messages the ``refusal: null`` every real answer has."""
-        if not isinstance(answer, dict) or answer.get("usage") is not None:
+        if not isinstance(answer, dict) or "choices" not in answer:
             return answer
-        if "choices" not in answer:
-            return answer
+        if answer.get("usage") is not None:
+            return _with_refusal(answer)
         served = copy.deepcopy(answer)
         written = 0
         for choice in served.get("choices") or []:
