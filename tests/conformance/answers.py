@@ -32,6 +32,11 @@ FAULT_PARAMS: dict[str, dict[str, Any]] = {
     "overloaded": {"after_chunks": 2},
 }
 """Parameters a fault needs to render its error in a stream (or at all)."""
+GATEWAY_FAULTS = frozenset(
+    {"openrouter_credits", "openrouter_midstream_error", "vllm_stream_error"}
+)
+"""Faults that answer as a gateway in front of the provider does (OpenRouter, vLLM:
+`chaosllm.faults.gateway`), in the gateway's shape: not the provider's description."""
 EXTRA_FAULTS: tuple[dict[str, Any], ...] = (
     {"type": "http_error", "status": 400},
     {"type": "http_error", "status": 401},
@@ -154,7 +159,9 @@ def payloads(provider: str) -> tuple[Payload, ...]:
     out: list[Payload] = []
     exchanges = [e for group in STORE.by_digest.values() for e in group if e.provider == provider]
     specs: list[dict[str, Any]] = [
-        {"type": name, **FAULT_PARAMS.get(name, {})} for name in sorted(FAULT_TYPES)
+        {"type": name, **FAULT_PARAMS.get(name, {})}
+        for name in sorted(FAULT_TYPES)
+        if name not in GATEWAY_FAULTS
     ]
     specs += EXTRA_FAULTS
     for exchange in exchanges:

@@ -108,7 +108,9 @@ def _azure_chunk(data: Any) -> None:
     deployments behind OpenAI-compatible gateways). Every other chunk is OpenAI's."""
     filtered = isinstance(data, dict) and (
         "prompt_filter_results" in data
-        or any(isinstance(c, dict) and "content_filter_offsets" in c for c in data["choices"])
+        or any(
+            isinstance(c, dict) and "content_filter_offsets" in c for c in data.get("choices") or ()
+        )
     )
     if filtered and data.get("object") == "":
         data = {**data, "object": "chat.completion.chunk"}
