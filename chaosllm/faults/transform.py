@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from chaosllm.config import Pace
 from chaosllm.model import JSON, Ending, Framing, Piece, ResponsePlan
 from chaosllm.providers.base import Failure, Provider
+from chaosllm.providers.ratelimits import openai_duration
 
 if TYPE_CHECKING:
     from chaosllm.faults.spec import FaultSpec
@@ -40,9 +41,11 @@ DEFAULT_GARBAGE = (
 
 _DEFAULT_MESSAGES = {
     503: "The server is overloaded or not ready yet.",
-    429: "Rate limit reached for requests. Please try again in 1s.",
+    429: "Rate limit reached for requests. Please try again in {wait}.",
     200: "The server had an error while processing your request. Sorry about that!",
 }
+_DEFAULT_WAIT = 1.0
+"""The wait a 429 without ``retry_after`` tells of (its body and its reset headers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,9 @@ class FaultContext:
     draw_key: str = ""
     """Seeds the random draws of a transform (a pace's jitter): the server seed and the
     request's place in its session, so ``--seed`` repeats them exactly."""
+    wall: float = 0.0
+    """The time of the request (seconds since the epoch, the engine's clock): what an
+    absolute reset (Anthropic's ``anthropic-ratelimit-*-reset``) is counted from."""
 
 
 def fault_applies(
@@ -161,7 +167,7 @@ def _message(spec: FaultSpec, status: int) -> str:
 def _error_plan(
     spec: FaultSpec, ctx: FaultContext, status: int, retry_after: float | None
 ) -> ResponsePlan:
-    body = ctx.provider.errors.error_answer(_message(spec, status), status=status)
+    errors = ctx.provider.errors
     headers = [("content-type", "application/json"), *ctx.provider.error_headers(status)]
     if retry_after is not None:
         # Retry-After is whole seconds: round up, so a client that honours it never
@@ -169,10 +175,18 @@ def _error_plan(
         headers.append(("retry-after", str(math.ceil(retry_after))))
         headers.append(("retry-after-ms", str(int(retry_after * 1000))))
     if status == 429:
-        headers += [
-            ("x-ratelimit-remaining-requests", "0"),
-            ("x-ratelimit-reset-requests", f"{1.0 if retry_after is None else retry_after:g}s"),
-        ]
+        # The body, the wait and the provider's own rate-limit headers tell one wait.
+        wait = _DEFAULT_WAIT if retry_after is None else retry_after
+        given = spec.param("message")
+        message = (
+            given
+            if isinstance(given, str)
+            else _DEFAULT_MESSAGES[429].format(wait=openai_duration(wait))
+        )
+        body = errors.throttled_answer(message, retry_after=wait)
+        headers += errors.throttle_headers(wait, ctx.wall)
+    else:
+        body = errors.error_answer(_message(spec, status), status=status)
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     return ResponsePlan(status=status, headers=tuple(headers), pieces=(Piece(data, frame=False),))
 

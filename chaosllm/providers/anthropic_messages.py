@@ -37,11 +37,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from chaosllm.errors import InvalidRequest
-from chaosllm.model import JSON
+from chaosllm.model import JSON, Piece, ResponsePlan
 from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import ANTHROPIC_CHECKS
+from chaosllm.providers.equivalence import one_text, text_contents, without_keys
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import ErrorKind, Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -103,6 +104,11 @@ def _json_pieces(text: str) -> list[str]:
 
 def _fail(message: str, param: str, code: str = "invalid_request_error") -> InvalidRequest:
     return InvalidRequest(message, param=param, code=code)
+
+
+_AUTO_KEYS = frozenset({"type", "disable_parallel_tool_use"})
+_STREAMING_ONLY = ("eager_input_streaming",)
+"""Members of a tool that change how its input is streamed, not the answer."""
 
 
 def _strip_cache_control(value: JSON) -> JSON:
@@ -191,7 +197,7 @@ class AnthropicMessagesCodec(Codec):
             if key in body and body[key] is not None and not isinstance(body[key], types):
                 raise _fail(f"{key}: Input should be a valid {kind}", key)
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return _strip_cache_control(
             {
                 "model": body.get("model"),
@@ -206,6 +212,27 @@ class AnthropicMessagesCodec(Codec):
                 "tool_choice": body.get("tool_choice"),
             }
         )
+
+    def equivalent(self, written: Any) -> Any:
+        """``system`` and a message's content as one text block are their string; a tool's
+        ``eager_input_streaming`` (how its input streams, not what it is) is dropped;
+        ``tool_choice: {"type": "auto"}`` is the default."""
+        messages = text_contents(written["messages"])
+        choice = written["tool_choice"]
+        if (
+            isinstance(choice, dict)
+            and choice.get("type") == "auto"
+            and not choice.get("disable_parallel_tool_use")
+            and set(choice) <= _AUTO_KEYS
+        ):
+            choice = None
+        return {
+            **written,
+            "system": one_text(written["system"]),
+            "messages": messages,
+            "tools": without_keys(written["tools"], _STREAMING_ONLY),
+            "tool_choice": choice,
+        }
 
     # -- responses --------------------------------------------------------------
 
@@ -321,6 +348,10 @@ class AnthropicMessagesCodec(Codec):
         }
 
 
+_ERROR_START = b'{"type": "error"'
+"""How every error body chaosllm writes begins (``json.dumps`` of `_envelope`'s)."""
+
+
 class AnthropicMessagesErrors(Errors):
     """`AnthropicMessages`'s errors: its envelope, its failure classes, its rate-limit headers."""
 
@@ -336,6 +367,34 @@ class AnthropicMessagesErrors(Errors):
         if kind == ErrorKind.NO_MATCH and code is not None:
             error["code"] = code
         return {"type": "error", "error": error}
+
+    request_id_headers = ("request-id",)
+    request_id_form = "anthropic"
+
+    def _stamp_body(self, plan: ResponsePlan, ident: str) -> ResponsePlan:
+        """An error body (``{"type": "error", ...}``, whatever the status) says its
+        ``request_id`` too, as the API's do (the SDK's ``ErrorResponse.request_id``)."""
+        if len(plan.pieces) != 1 or plan.pieces[0].frame:
+            return plan
+        data = plan.pieces[0].data
+        if not data.startswith(_ERROR_START) or b'"request_id"' in data:
+            return plan
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return plan
+        if not isinstance(body, dict) or body.get("type") != "error":
+            return plan
+        body["request_id"] = ident
+        stamped = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return plan.with_(pieces=(Piece(stamped, plan.pieces[0].delay_ms, frame=False),))
+
+    def throttle_headers(self, reset: float, wall: float) -> tuple[tuple[str, str], ...]:
+        """The requests left (none) and when the bucket is full again (RFC 3339)."""
+        return (
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", rfc3339(wall + reset)),
+        )
 
     def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
         """``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,

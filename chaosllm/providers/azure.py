@@ -131,6 +131,13 @@ class _AzureErrors(OpenAIErrors):
         openai_code = error.get("code") if isinstance(error, dict) else None
         return {"error": {"code": code or openai_code, "message": message}}
 
+    request_id_headers = ("apim-request-id", "x-request-id")
+    request_id_form = "uuid"
+
+    def throttle_headers(self, reset: float, wall: float) -> tuple[tuple[str, str], ...]:
+        """Azure sends the remaining requests only (none left)."""
+        return (("x-ratelimit-remaining-requests", "0"),)
+
     def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
         """Azure sends the remaining requests and tokens only."""
         headers: list[tuple[str, str]] = []

@@ -227,7 +227,7 @@ class BedrockConverseCodec(Codec):
             if key in body and not isinstance(body[key], dict):
                 raise _fail(f"Value at '{key}' failed to satisfy constraint", key)
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return {
             "modelId": body.get("modelId"),
             "system": body.get("system"),
@@ -355,6 +355,8 @@ class BedrockConverseErrors(Errors):
     """`BedrockConverse`'s errors: its envelope, its failure classes, its rate-limit headers."""
 
     codec: BedrockConverseCodec
+
+    request_id_headers = ("x-amzn-RequestId",)
 
     def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
         return (("x-amzn-errortype", error_type(status) + ERROR_TYPE_SUFFIX),)

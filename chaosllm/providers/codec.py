@@ -6,9 +6,10 @@ The codec is the part of a provider (`chaosllm.providers.base.Provider`) that re
 requests and writes answers, what replay needs when nothing fails:
 
 - a request: `validate` (what the real API refuses), `canonical` (what decides the
-  answer: the digest, `match_text` and `turn_text` of nearest matching derive from
-  it), `wants_stream`, `model_of`, `thread`, and its conversation checks
-  (`conversation`, the request-validator oracle's);
+  answer: `written`, the fields that matter as sent, with the forms the provider
+  documents as equivalent folded into one by `equivalent`; the digest, `match_text`
+  and `turn_text` of nearest matching derive from it), `wants_stream`, `model_of`,
+  `thread`, and its conversation checks (`conversation`, the request-validator oracle's);
 - an answer: a recorded answer is served as JSON, as its recorded frames (gaps scaled
   by ``timing``, adapted to the request's `stream_variant` options by
   `_recorded_frames`), or as frames rendered from its body (`stream_frames`, with those
@@ -22,8 +23,9 @@ requests and writes answers, what replay needs when nothing fails:
 - fresh ids (`fresh_ids`, `recorded_ids`: `chaosllm.providers.ids`), the model list,
   the `--on-miss fallback` answer.
 
-A protocol writes `validate`, `canonical`, `is_answer`, `stream_frames`, `assemble`,
-`stream_complete` and `fallback`; the rest has defaults.
+A protocol writes `validate`, `written` (and `equivalent`, its folding rules),
+`is_answer`, `stream_frames`, `assemble`, `stream_complete` and `fallback`; the rest has
+defaults.
 """
 
 from __future__ import annotations
@@ -100,12 +102,30 @@ class Codec(abc.ABC):
         """Raise `InvalidRequest` for a body the real provider would refuse."""
 
     @abc.abstractmethod
+    def written(self, body: JSON) -> Any:
+        """What decides the answer, as the client wrote it (a JSON object holding
+        `turn_key`): the fields that matter, each as sent."""
+
+    def equivalent(self, written: Any) -> Any:
+        """`written` with the forms the provider documents as the same folded into one
+        (a string for a single text block, a documented default for its absence...):
+        the protocol's rules, each named with its source in ``docs/matching.md``.
+        Itself by default (Bedrock, Ollama: no rule)."""
+        return written
+
     def canonical(self, body: JSON) -> Any:
-        """What decides the answer: the digest and nearest matching are computed over it
-        (a JSON object holding `turn_key`)."""
+        """What decides the answer, one form for all the equivalent ones (`equivalent`
+        of `written`): the digest and nearest matching are computed over it."""
+        return self.equivalent(self.written(body))
 
     def digest(self, body: JSON) -> str:
         return sha256_digest(self.canonical(body))
+
+    def written_digest(self, body: JSON) -> str:
+        """The digest of `written` alone: what a recording written before its protocol
+        folded a form stores as its ``digest`` (`chaosllm doctor` accepts it; the
+        recording is keyed by `digest`, so no file needs rewriting)."""
+        return sha256_digest(self.written(body))
 
     def match_text(self, body: JSON) -> str:
         """The text nearest matching compares (before normalisation)."""

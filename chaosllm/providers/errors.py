@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import abc
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from chaosllm.model import JSON, Piece, ResponsePlan
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.failures import FAILURE_MESSAGES, FAILURE_STATUSES, Failure, FailureReply
+from chaosllm.providers.ids import request_id
 from chaosllm.providers.ratelimits import RateLimitState
 from chaosllm.providers.text import JSON_HEADERS
 
@@ -29,8 +30,34 @@ __all__ = ["Errors"]
 class Errors(abc.ABC):
     """A protocol's errors (see the module's docstring), reading requests with its `codec`."""
 
+    request_id_headers: ClassVar[tuple[str, ...]] = ()
+    """The headers every answer of the API carries its request's id in (OpenAI's
+    ``x-request-id``...); none by default (Gemini and Ollama send none)."""
+    request_id_form: ClassVar[str] = "uuid"
+    """How the API spells a request id (`chaosllm.providers.ids.REQUEST_ID_FORMS`)."""
+
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
+
+    def stamped(self, plan: ResponsePlan, key: str) -> ResponsePlan:
+        """`plan` carrying its request's id (derived from `key`) in `request_id_headers`,
+        where it does not already (a recorded answer keeps the id it was recorded
+        with), and in its body where the API writes it there too (`_stamp_body`)."""
+        names = self.request_id_headers
+        if not names:
+            return plan
+        present = {name.lower() for name, _ in plan.headers}
+        missing = tuple(name for name in names if name.lower() not in present)
+        if not missing:
+            return plan
+        ident = request_id(key, self.request_id_form)
+        plan = plan.with_(headers=plan.headers + tuple((name, ident) for name in missing))
+        return self._stamp_body(plan, ident)
+
+    def _stamp_body(self, plan: ResponsePlan, ident: str) -> ResponsePlan:
+        """`plan` with request id `ident` in its body, where the API writes one (Anthropic's
+        error bodies); itself by default."""
+        return plan
 
     def error_headers(self, status: int) -> tuple[tuple[str, str], ...]:
         """Headers every error answer of the protocol carries besides its content type
@@ -42,6 +69,17 @@ class Errors(abc.ABC):
         real API writes them (`chaosllm.providers.ratelimits`); none by default (Gemini,
         Bedrock and Ollama send none)."""
         return ()
+
+    def throttle_headers(self, reset: float, wall: float) -> tuple[tuple[str, str], ...]:
+        """The rate-limit headers of a 429 that tells its caller to wait `reset` seconds
+        (`wall`: the time of the request, for absolute resets), as the real API sends
+        them on a refusal; none by default (Gemini, Bedrock and Ollama send none)."""
+        return ()
+
+    def throttled_answer(self, message: str, *, retry_after: float) -> JSON:
+        """The body of a 429 that tells its caller to wait `retry_after` seconds: the
+        protocol's 429 by default (Gemini's says the wait in ``details`` too)."""
+        return self.error_answer(message, status=429)
 
     def error_body(
         self,

@@ -64,6 +64,7 @@ from chaosllm.providers.conversation import (
     _missing_system,
 )
 from chaosllm.providers.embeddings import embed
+from chaosllm.providers.equivalence import proto_json_names
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -127,6 +128,22 @@ _BOUND = ("model", "stream", "alt")
 _STRUCTURED = ("responseMimeType", "responseSchema", "responseJsonSchema", "response_json_schema")
 """The fields of generationConfig that decide the answer's shape (part of the digest)."""
 
+_OPAQUE_FIELDS: Final = frozenset(
+    {
+        "args",
+        "response",
+        "parametersJsonSchema",
+        "responseJsonSchema",
+        "default",
+        "example",
+        "partialArgs",
+    }
+)
+"""Fields whose value is a ``google.protobuf.Struct``/``Value`` (the caller's JSON): their
+member names are data, never proto field names."""
+_MAP_FIELDS: Final = frozenset({"properties"})
+"""Map fields: their keys are the caller's names (a schema's properties)."""
+
 _SSE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"sse": True}))
 _ARRAY: tuple[str, Mapping[str, Any]] = ("json-array", MappingProxyType({"sse": False}))
 _ARRAY_HEADERS: Final = (("content-type", "application/json; charset=UTF-8"),)
@@ -140,15 +157,15 @@ _STATUSES: Mapping[int, str] = {
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     409: "ABORTED",
-    412: "FAILED_PRECONDITION",
-    413: "INVALID_ARGUMENT",
     429: "RESOURCE_EXHAUSTED",
     499: "CANCELLED",
     500: "INTERNAL",
-    501: "NOT_IMPLEMENTED",
+    501: "UNIMPLEMENTED",
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+"""The google.rpc code each HTTP status is answered with: the code whose HTTP mapping
+(google/rpc/code.proto) is that status."""
 _PIECE_WORDS = 4
 """Words per streamed text chunk (Gemini streams a few words to a sentence at a time)."""
 CONTEXT_WINDOW: Final = 1_048_576
@@ -168,7 +185,8 @@ _HOSTED_TOOLS: Final = frozenset(
 
 
 def rpc_status(status: int) -> str:
-    """The google.rpc code name Google's APIs answer an HTTP status with."""
+    """The google.rpc code name Google's APIs answer an HTTP status with (a status no code
+    maps to: ``FAILED_PRECONDITION`` for a 4xx, ``INTERNAL`` for a 5xx)."""
     if status in _STATUSES:
         return _STATUSES[status]
     return "INTERNAL" if status >= 500 else "FAILED_PRECONDITION"
@@ -396,7 +414,7 @@ class GeminiCodec(Codec):
                     f"Invalid value at '{key}' ({type_name(body[key])}): expected {kind}.", key
                 )
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         config = body.get("generationConfig")
         structured = (
             {k: config[k] for k in _STRUCTURED if k in config} if isinstance(config, dict) else {}
@@ -413,6 +431,13 @@ class GeminiCodec(Codec):
             "generationConfig": structured or None,
             "cachedContent": body.get("cachedContent"),
         }
+
+    def equivalent(self, written: Any) -> Any:
+        """Every field named in proto3 JSON's lowerCamelCase (the API reads
+        ``parameters_json_schema`` as ``parametersJsonSchema``), the caller's data
+        (arguments, schemas, property names) as it is."""
+        named: dict[str, Any] = proto_json_names(written, _OPAQUE_FIELDS, _MAP_FIELDS)
+        return named
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """``alt=sse``: SSE events; without: a streamed JSON array."""
@@ -555,6 +580,17 @@ class GeminiErrors(Errors):
         if details:
             error["details"] = details
         return {"error": error}
+
+    def throttled_answer(self, message: str, *, retry_after: float) -> JSON:
+        """Google's 429 with the wait as ``google.rpc.RetryInfo`` (``retryDelay``, a
+        ``google.protobuf.Duration`` in whole seconds, rounded up as ``Retry-After`` is)."""
+        body = self.error_answer(message, status=429)
+        delay = {
+            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+            "retryDelay": f"{math.ceil(retry_after - 1e-9)}s",
+        }
+        body["error"]["details"] = [*body["error"].get("details", []), delay]
+        return body
 
     # -- the named failure classes ----------------------------------------------
 

@@ -8,13 +8,49 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from chaosllm.model import JSON, Piece, ResponsePlan
 from chaosllm.providers.text import keyed_strings
 
-__all__ = ["IdTemplate", "MintedIds", "swap_strings"]
+__all__ = ["REQUEST_ID_FORMS", "IdTemplate", "MintedIds", "request_id", "swap_strings"]
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _uuid(raw: bytes) -> str:
+    """A version-4 UUID's spelling of 16 bytes (the version and variant bits set)."""
+    b = bytearray(raw[:16])
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _base62(raw: bytes, size: int) -> str:
+    number = int.from_bytes(raw, "big")
+    out = []
+    for _ in range(size):
+        number, digit = divmod(number, 62)
+        out.append(_BASE62[digit])
+    return "".join(out)
+
+
+REQUEST_ID_FORMS: dict[str, Callable[[bytes], str]] = {
+    "openai": lambda raw: "req_" + raw[:16].hex(),
+    "anthropic": lambda raw: "req_011C" + _base62(raw, 20),
+    "uuid": _uuid,
+}
+"""How each API spells the id of a request (OpenAI's ``req_`` and 32 hex digits,
+Anthropic's ``req_011C...``, Azure's and AWS's UUIDs), from random bytes."""
+
+
+def request_id(key: str, form: str) -> str:
+    """The id of a request in the API's `form` (`REQUEST_ID_FORMS`), derived from `key`
+    (the server seed and the request's place in the journal: the same key, the same id)."""
+    raw = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=32).digest()
+    return REQUEST_ID_FORMS[form](raw)
 
 
 class MintedIds:

@@ -249,7 +249,7 @@ class McpCodec(Codec):
         if method == "tools/call" and not isinstance(tool_of(body), str):
             raise InvalidRequest("tools/call needs params.name, the tool.", code="invalid_params")
 
-    def canonical(self, body: JSON) -> Any:
+    def written(self, body: JSON) -> Any:
         params = body.get("params") if isinstance(body, dict) else None
         if isinstance(params, dict) or params is None:  # no params: as {}
             params = {k: v for k, v in (params or {}).items() if k != "_meta"}

@@ -480,7 +480,7 @@ class OllamaGenerateCodec(OllamaCodec):
         if context is not None and not isinstance(context, list):
             raise _unmarshal(context, "GenerateRequest.context", "[]int")
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return {
             "model": model_name(body.get("model")),
             "prompt": body.get("prompt") or "",
@@ -540,7 +540,7 @@ class OllamaChatCodec(OllamaCodec):
                         "api.ToolCallFunctionArguments",
                     )
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return {
             "model": model_name(body.get("model")),
             "messages": [

@@ -41,6 +41,7 @@ from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import CHAT_CHECKS
+from chaosllm.providers.equivalence import text_contents
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import FaultHooks
 from chaosllm.providers.openai_common import (
@@ -150,10 +151,26 @@ def _usage_chunk(frame: str, *, base: bool = False) -> dict[str, Any] | None:
         if chunk is None:
             continue
         if base:
+            if not chunk.get("object"):
+                continue  # Azure's prompt-filter chunk: no id, object or model of its own
             return {k: chunk[k] for k in _CHUNK_BASE if k in chunk}
         if chunk.get("choices") == [] and chunk.get("usage") is not None:
             return chunk
     return None
+
+
+def _with_refusal(answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` with ``refusal: null`` on each message lacking one (the API's messages
+    always carry it); `answer` itself when none lacks it."""
+    choices = answer.get("choices")
+    messages = [c.get("message") for c in choices or () if isinstance(c, dict)]
+    if all(not isinstance(m, dict) or "refusal" in m for m in messages):
+        return answer
+    served = copy.deepcopy(answer)
+    for choice in served["choices"]:
+        if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            choice["message"].setdefault("refusal", None)
+    return served
 
 
 class OpenAIChatCodec(Codec):
@@ -189,7 +206,7 @@ class OpenAIChatCodec(Codec):
                 raise missing(f"messages[{i}].tool_call_id")
         expect_typed_fields(body, _TYPED_FIELDS)
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         return {
             "model": body.get("model"),
             "messages": [
@@ -202,6 +219,15 @@ class OpenAIChatCodec(Codec):
             "tool_choice": body.get("tool_choice"),
             "response_format": body.get("response_format"),
         }
+
+    def equivalent(self, written: Any) -> Any:
+        """A message's content as one text part is its string; ``tool_choice`` at its
+        default (``auto`` with tools, ``none`` without) is no tool_choice."""
+        messages = text_contents(written["messages"])
+        choice = written["tool_choice"]
+        if choice == ("auto" if written["tools"] else "none"):
+            choice = None
+        return {**written, "messages": messages, "tool_choice": choice}
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""
@@ -230,10 +256,10 @@ class OpenAIChatCodec(Codec):
     def served_answer(self, answer: JSON, request: JSON) -> JSON:
         """An answer without usage (a stream recorded without ``include_usage``) gets an
         estimated one, and its messages the ``refusal: null`` every real answer has."""
-        if not isinstance(answer, dict) or answer.get("usage") is not None:
+        if not isinstance(answer, dict) or "choices" not in answer:
             return answer
-        if "choices" not in answer:
-            return answer
+        if answer.get("usage") is not None:
+            return _with_refusal(answer)
         served = copy.deepcopy(answer)
         written = 0
         for choice in served.get("choices") or []:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from chaosllm.errors import InvalidRequest
 from chaosllm.model import JSON
@@ -145,6 +145,16 @@ class OpenAIErrors(Errors):
         type_, code = _FAILURES[failure]
         param = self.codec.turn_key if failure is Failure.CONTEXT_TOO_LONG else None
         return openai_envelope(message, type_, code, param)
+
+    request_id_headers: ClassVar[tuple[str, ...]] = ("x-request-id",)
+    request_id_form = "openai"
+
+    def throttle_headers(self, reset: float, wall: float) -> tuple[tuple[str, str], ...]:
+        """The requests left (none) and when the bucket is full again."""
+        return (
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", openai_duration(reset)),
+        )
 
     def rate_limit_headers(self, state: RateLimitState) -> tuple[tuple[str, str], ...]:
         """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``, resets as OpenAI

@@ -40,11 +40,12 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from chaosllm.model import JSON
+from chaosllm.model import JSON, ResponsePlan
 from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import RESPONSES_CHECKS
+from chaosllm.providers.equivalence import one_text
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
 from chaosllm.providers.openai_common import (
@@ -93,6 +94,25 @@ sse_event = event_frame
 """One Responses stream frame: ``event: <type>`` and its JSON data (`sse.event_frame`)."""
 
 
+def _easy_message(item: JSON) -> JSON:
+    """An input message in its shortest form (see `OpenAIResponsesCodec.equivalent`)."""
+    if not (isinstance(item, dict) and "role" in item and item.get("type", "message") == "message"):
+        return item
+    easy = {k: v for k, v in item.items() if k != "type"}
+    if "content" in easy:
+        easy["content"] = one_text(easy["content"], ("input_text", "output_text"))
+    return easy
+
+
+def _is_user_text(item: JSON) -> bool:
+    return (
+        isinstance(item, dict)
+        and set(item) == {"role", "content"}
+        and item["role"] == "user"
+        and isinstance(item["content"], str)
+    )
+
+
 def _strip_status(item: JSON) -> JSON:
     if isinstance(item, dict):
         return {k: v for k, v in item.items() if k != "status"}
@@ -139,7 +159,7 @@ class OpenAIResponsesCodec(Codec):
             if tool.get("type") == "function" and not isinstance(tool.get("name"), str):
                 raise missing(f"tools[{i}].name")
 
-    def canonical(self, body: JSON) -> JSON:
+    def written(self, body: JSON) -> JSON:
         items = body.get("input")
         text = body.get("text")
         canonical = {
@@ -156,6 +176,19 @@ class OpenAIResponsesCodec(Codec):
             if body.get(key) is not None:
                 canonical[key] = body[key]
         return canonical
+
+    def equivalent(self, written: Any) -> Any:
+        """An input message is the same with or without ``type: "message"``, its content
+        as one ``input_text`` (``output_text``) part is its string, and an input of one
+        user message with a string is that string; ``tool_choice: "auto"`` is the
+        default."""
+        items = written["input"]
+        if isinstance(items, list):
+            items = [_easy_message(item) for item in items]
+            if len(items) == 1 and _is_user_text(items[0]):
+                items = items[0]["content"]
+        choice = None if written["tool_choice"] == "auto" else written["tool_choice"]
+        return {**written, "input": items, "tool_choice": choice}
 
     def thread(self, body: JSON) -> Any:
         """``previous_response_id`` and ``conversation`` (None when neither is set)."""
@@ -239,7 +272,12 @@ class OpenAIResponsesCodec(Codec):
             arguments = item.get("arguments") or ""
             for piece in argument_pieces(arguments):
                 emit("response.function_call_arguments.delta", **at, delta=piece)
-            emit("response.function_call_arguments.done", **at, arguments=arguments)
+            emit(
+                "response.function_call_arguments.done",
+                **at,
+                name=item.get("name"),
+                arguments=arguments,
+            )
         elif kind == "reasoning":
             emit("response.output_item.added", output_index=index, item={**item, "summary": []})
             for summary_index, summary in enumerate(item.get("summary") or []):
@@ -388,10 +426,30 @@ class OpenAIResponsesFaults(FaultHooks):
     def stream_error_frame(self, message: str, *, status: int) -> bytes:
         _, code = openai_error_type(status)
         code = "rate_limit_exceeded" if status == 429 else code or "server_error"
-        # The hook does not see the stream it ends: sequence_number cannot continue it.
+        # `framed_error` continues the stream's sequence_number.
         return event_frame(
             {"type": "error", "code": code, "message": message, "param": None, "sequence_number": 0}
         ).encode("utf-8")
+
+    def framed_error(self, frame: bytes, plan: ResponsePlan, kept: int) -> bytes:
+        """The ``error`` event numbered after the events it follows: its
+        ``sequence_number`` one past the highest of the first `kept` pieces (every
+        event of a stream carries the next number)."""
+        found = one_event(frame)
+        if found is None:
+            return frame
+        numbers = []
+        for piece in plan.pieces[:kept]:
+            for _, data in iter_events([piece.data.decode("utf-8", "replace")]):
+                try:
+                    number = json.loads(data).get("sequence_number")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(number, int):
+                    numbers.append(number)
+        event = found[2]
+        event["sequence_number"] = max(numbers) + 1 if numbers else kept
+        return event_frame(event).encode("utf-8")
 
     def empty_answer(self, body: JSON) -> JSON:
         empty = copy.deepcopy(body)

@@ -139,7 +139,9 @@ def test_bad_request_is_anthropic_error(sdk: anthropic.Anthropic) -> None:
             "type": "invalid_request_error",
             "message": "messages.0.role: Input should be 'user' or 'assistant'",
         },
+        "request_id": info.value.request_id,  # the SDK's, from the request-id header
     }
+    assert str(info.value.request_id).startswith("req_011C")
 
 
 # -- faults ------------------------------------------------------------------------------
@@ -169,6 +171,7 @@ def test_529_without_retries_is_overloaded_error(
     assert info.value.body == {
         "type": "error",
         "error": {"type": "overloaded_error", "message": "chaosllm injected an HTTP 529 error."},
+        "request_id": info.value.request_id,
     }
 
 

@@ -137,6 +137,7 @@ def test_anthropic_sdk_raises_overloaded_error_without_retries(server: ChaosServ
     assert info.value.body == {
         "type": "error",
         "error": {"type": "overloaded_error", "message": "Overloaded"},
+        "request_id": info.value.request_id,  # the request-id header's, as the API's
     }
 
 

@@ -488,3 +488,15 @@ def test_no_retries_the_first_fault_reaches_the_caller(server: ChaosServer) -> N
     out = run(server, stream=False, max_retries=0)
     assert out.attempts == ["empty_reply"]
     assert_raised(out, openai.APIConnectionError, "create")
+
+
+def test_the_sdk_reads_the_request_id_of_every_answer(server: ChaosServer) -> None:
+    """openai's ``_request_id`` and ``APIStatusError.request_id`` (the x-request-id header)."""
+    with openai_client(server) as client:
+        reply = client.chat.completions.create(**request_body(NAME, stream=False))
+        assert str(reply._request_id).startswith("req_")
+        server.arm("http_503")
+        with pytest.raises(openai.InternalServerError) as info:
+            client.chat.completions.create(**request_body(NAME, stream=False))
+    assert str(info.value.request_id).startswith("req_")
+    assert info.value.request_id != reply._request_id

@@ -61,6 +61,7 @@ def take(
         render=lambda new_answer: render_answer(engine, request, new_answer),
         request=body,
         draw_key=draw_key(engine, request),
+        wall=engine.clock.wall(),
     )
 
     def applies(spec: FaultSpec) -> bool:

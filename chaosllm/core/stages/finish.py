@@ -62,6 +62,13 @@ def _record(
     return engine.journal.add(**fields)
 
 
+def _stamped(engine: Engine, call: ProviderCall, plan: ResponsePlan, entry: JournalEntry) -> Reply:
+    """`plan` answered to `call`, carrying the request id the provider sends with every
+    answer, derived from the server seed and the answer's place in the journal (so
+    ``--seed`` gives every run the same ids, and no two answers of a run share one)."""
+    return Reply(call.provider.errors.stamped(plan, f"{engine.config.seed}:{entry.seq}"), entry)
+
+
 def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) -> Reply:
     """A body the provider refuses (before it is known as a request)."""
     entry = _record(
@@ -74,7 +81,7 @@ def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) 
         },
         call.credentials,
     )
-    return Reply(plan, entry)
+    return _stamped(engine, call, plan, entry)
 
 
 def _entry(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) -> JournalEntry:
@@ -92,7 +99,7 @@ def _entry(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) 
 
 
 def _reply(engine: Engine, request: Request, plan: ResponsePlan, **fields: Any) -> Reply:
-    return Reply(plan, _entry(engine, request, plan, **fields))
+    return _stamped(engine, request.call, plan, _entry(engine, request, plan, **fields))
 
 
 def refuse(engine: Engine, request: Request, refusal: Refusal) -> Reply:
@@ -110,7 +117,9 @@ def missed(engine: Engine, request: Request, plan: ResponsePlan) -> Reply:
     return _reply(engine, request, plan, miss=True, error="no recording")
 
 
-def limited(engine: Engine, fields: dict[str, Any], plan: ResponsePlan) -> Reply:
+def limited(
+    engine: Engine, call: ProviderCall, fields: dict[str, Any], plan: ResponsePlan
+) -> Reply:
     """The live rate limit's 429 (`fields`: the request's, and the answer's facts)."""
     entry = _record(
         engine,
@@ -122,14 +131,14 @@ def limited(engine: Engine, fields: dict[str, Any], plan: ResponsePlan) -> Reply
             "rate_limited": True,
         },
     )
-    return Reply(plan, entry)
+    return _stamped(engine, call, plan, entry)
 
 
 def alone(engine: Engine, request: Request, plan: ResponsePlan, fired: Fired) -> Reply:
     """A proxied request answered by a fault without asking the upstream."""
     entry = _entry(engine, request, plan)
     fired.request_seq = entry.seq
-    return Reply(plan, entry, fired=fired)
+    return replace(_stamped(engine, request.call, plan, entry), fired=fired)
 
 
 def pending(engine: Engine, fields: dict[str, Any]) -> JournalEntry:
@@ -165,7 +174,8 @@ def served(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> 
             size = len(request.call.body) + plan.body_length + KEPT_COST
             engine.memo.put(_key(request.call), kept, size, stateful=True)
     recording = answer.exchange.name if match is not None else None
-    return Reply(plan, entry, recording=recording, consumed=consumed, fired=fired)
+    stamped = _stamped(engine, request.call, plan, entry)
+    return replace(stamped, recording=recording, consumed=consumed, fired=fired)
 
 
 def again(engine: Engine, call: ProviderCall, turn: int) -> Reply | None:
@@ -179,4 +189,5 @@ def again(engine: Engine, call: ProviderCall, turn: int) -> Reply | None:
         return None
     engine.matcher.consume(kept.match, call.session)
     entry = engine.journal.add_like(kept.record)
-    return Reply(kept.plan, entry, recording=kept.match.exchange.name, consumed=True)
+    stamped = _stamped(engine, call, kept.plan, entry)
+    return replace(stamped, recording=kept.match.exchange.name, consumed=True)

@@ -65,7 +65,7 @@ def rate_limited(
         f"{what}: Limit {meter.limit}, Remaining {meter.remaining}. Please try again in "
         f"{openai_duration(wait_ms / 1000)}. (chaosllm --rate-limit)"
     )
-    body = provider.error_body(429, message)
+    body = provider.errors.throttled_answer(message, retry_after=wait_ms / 1000)
     headers = (
         JSON_HEADERS
         + provider.error_headers(429)
@@ -77,4 +77,4 @@ def rate_limited(
     )
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     plan = ResponsePlan(status=429, headers=headers, pieces=(Piece(data, frame=False),))
-    return finish.limited(engine, {**fields, **answer_facts(plan, False)}, plan)
+    return finish.limited(engine, call, {**fields, **answer_facts(plan, False)}, plan)
