@@ -152,12 +152,17 @@ class _Compiled:
     the dataclass's fields, so it is no argument of the constructor, is not compared,
     hashed, copied by `with_` or pickled, and `dataclasses.fields` does not list it."""
 
-    __slots__ = ("compiled",)
+    __slots__ = ("compiled", "stamped_from")
 
     compiled: dict[object, object]
     """By variant (kind of request, kind of server), filled on first use by
     `chaosllm.wire.program` (unset until then), so that a plan kept and served again is
     compiled once."""
+    stamped_from: tuple[ResponsePlan, tuple[tuple[str, str], ...]]
+    """For a plan that is another plus headers appended and nothing else (an answer's
+    request id, different for each answer: `chaosllm.providers.errors.Errors.stamped`):
+    that plan and those headers, so that its wire program is the other's, compiled once,
+    with the header lines put in its head (unset otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)

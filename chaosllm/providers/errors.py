@@ -51,8 +51,12 @@ class Errors(abc.ABC):
         if not missing:
             return plan
         ident = request_id(key, self.request_id_form)
-        plan = plan.with_(headers=plan.headers + tuple((name, ident) for name in missing))
-        return self._stamp_body(plan, ident)
+        added = tuple((name, ident) for name in missing)
+        stamped = plan.with_(headers=plan.headers + added)
+        bodied = self._stamp_body(stamped, ident)
+        if bodied is stamped:  # only headers added: its program is the plan's, re-headed
+            object.__setattr__(stamped, "stamped_from", (plan, added))
+        return bodied
 
     def _stamp_body(self, plan: ResponsePlan, ident: str) -> ResponsePlan:
         """`plan` with request id `ident` in its body, where the API writes one (Anthropic's

@@ -99,7 +99,7 @@ class Steps(Generic[T]):
 class Program(Steps[bytes]):
     """A plan as bytes for a socket (see the module docstring)."""
 
-    __slots__ = ("instant", "prefix")
+    __slots__ = ("head_end", "instant", "prefix")
 
     def __init__(
         self,
@@ -108,8 +108,12 @@ class Program(Steps[bytes]):
         keep: bool,
         stall_s: float,
         prefix: bytes | None,
+        head_end: int = -1,
     ) -> None:
         super().__init__(segments, ending, keep, stall_s)
+        self.head_end = head_end
+        """Where the head ends in the first segment's data (after its blank line); -1:
+        the program writes no head."""
         self.prefix = prefix
         """The head up to its ``Date`` value: the first segment is `prefix`, the date,
         then its data. None: no date to fill in (no head, or the plan's own Date)."""
@@ -121,6 +125,20 @@ class Program(Steps[bytes]):
         if prefix is None:
             return self.segments[0][1]
         return b"".join((prefix, http_date(), self.segments[0][1]))
+
+    def with_header_lines(self, lines: bytes) -> Program:
+        """This program with header `lines` (``name: value\r\n`` each) last in its head."""
+        cut = self.head_end - 2  # before the blank line that ends the head
+        _, data, frames, size, head = first = self.segments[0]
+        segment = (first[0], data[:cut] + lines + data[cut:], frames, size, head)
+        return Program(
+            (segment, *self.segments[1:]),
+            self.ending,
+            self.keep,
+            self.stall_s,
+            self.prefix,
+            self.head_end + len(lines),
+        )
 
 
 class AsgiProgram(Steps[AsgiPart]):
@@ -176,6 +194,20 @@ def program_for(
     found = _cached(plan, variant)
     if found is not None:
         return cast(Program, found)
+    try:
+        base, added = plan.stamped_from
+    except AttributeError:
+        pass
+    else:  # the base plan's program, compiled once, with the added headers in its head
+        program = program_for(
+            base, is_head=is_head, http10=http10, keep_alive=keep_alive, close=close
+        )
+        if program.head_end >= 0:
+            lines = b"".join(
+                b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1"))
+                for name, value in added
+            )
+            return program.with_header_lines(lines)
     program = compile_program(
         plan, is_head=is_head, http10=http10, keep_alive=keep_alive, close=close
     )
@@ -224,6 +256,7 @@ def compile_program(
     frames = size = 0
     head = False
     prefix: bytes | None = None
+    head_end = -1
     delay = plan.head_delay_ms / 1000
     raw = not plan.send_head
     mode, remaining, keep = HTTP10, 0, False
@@ -236,6 +269,7 @@ def compile_program(
         else:
             prefix = built.before_date
             parts.append(built.after_date)
+        head_end = len(parts[0])
         head = True
         mode, remaining, keep = built.mode, built.length, built.keep_alive
     for piece in plan.pieces:
@@ -272,7 +306,7 @@ def compile_program(
         keep = False
     stall_s = plan.stall_ms / 1000 if ending == STALL else 0.0
     segments.append((delay, b"".join(parts), frames, size, head))
-    return Program(tuple(segments), ending, keep, stall_s, prefix)
+    return Program(tuple(segments), ending, keep, stall_s, prefix, head_end)
 
 
 # -- ASGI -------------------------------------------------------------------------------
