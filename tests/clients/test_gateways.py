@@ -242,3 +242,22 @@ def test_litellm_groq_prefix_raises_bad_request_naming_the_parameter(llm: Any) -
     refused = pytest.raises(llm.BadRequestError, match="property 'logprobs' is unsupported")
     with ChaosServer(gateway="groq") as server, refused:
         litellm_ask(llm, server, "groq", logprobs=True)
+
+
+def test_groq_refuses_a_parameter_even_when_no_recording_answers() -> None:
+    """Groq refuses what it does not support before anything else: a request no recording
+    answers gets its 400, not chaosllm's miss."""
+    with ChaosServer(gateway="groq") as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(
+                model="llama-3.3-70b-versatile",
+                messages=[{"role": "user", "content": "a question nobody recorded"}],
+                logprobs=True,
+            )
+        record = server.requests()[-1]
+    assert info.value.body == {
+        "message": "property 'logprobs' is unsupported",
+        "type": "invalid_request_error",
+    }
+    assert record["status"] == 400 and not record.get("miss")

@@ -1,5 +1,7 @@
 """``--gateway``: a Chat Completions answer as an OpenAI-compatible gateway sends it
-(`chaosllm.providers.gateways`), registered at the ``plan`` hook.
+(`chaosllm.providers.gateways`), registered at the ``plan`` hook, and the parameters
+it refuses refused at the ``on_miss`` hook too: a gateway refuses them whether or not a
+recording would have answered.
 
 The gateway's extra members on every answer and stream chunk (OpenRouter's ``provider``
 and ``usage.cost``), every error in its envelope (OpenRouter's numeric ``code``, vLLM's
@@ -13,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from chaosllm.core.call import Request
+from chaosllm.core.call import Decision, Request
 from chaosllm.core.hooks import Hooks
+from chaosllm.core.stages import finish
 from chaosllm.model import Framing, Piece, ResponsePlan
 from chaosllm.providers.gateways import GATEWAYS, Gateway, dumps, refused_param
 
@@ -42,12 +45,34 @@ def _chunk(gateway: Gateway, piece: Piece) -> Piece:
     return Piece(f"data: {dumps(gateway.answer(chunk))}\n\n".encode(), piece.delay_ms)
 
 
-def shaped(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
+def _gateway(engine: Engine, request: Request) -> Gateway | None:
     name = engine.config.gateway
     if name is None or not request.call.provider.faults.gateway_compatible:
+        return None
+    return GATEWAYS[name]
+
+
+def _refused(gateway: Gateway, request: Request) -> str | None:
+    return refused_param(request.body, gateway.refuses) if gateway.refuses else None
+
+
+def refused_on_miss(engine: Engine, request: Request) -> Decision | None:
+    """The gateway's 400 for a refused parameter of a request no recording answers."""
+    gateway = _gateway(engine, request)
+    refused = None if gateway is None else _refused(gateway, request)
+    if gateway is None or refused is None:
+        return None
+    plan = ResponsePlan(400, (("content-type", "application/json"),), ())
+    return finish.refused(
+        engine, request.call, _json(400, gateway.error(400, refused), plan), refused
+    )
+
+
+def shaped(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan:
+    gateway = _gateway(engine, request)
+    if gateway is None:
         return plan
-    gateway = GATEWAYS[name]
-    refused = refused_param(request.body, gateway.refuses) if gateway.refuses else None
+    refused = _refused(gateway, request)
     if refused is not None:
         return _json(400, gateway.error(400, refused), plan)
     if not plan.send_head or not plan.pieces:
@@ -70,4 +95,4 @@ def shaped(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePlan
     return plan
 
 
-HOOKS = Hooks(plan=(shaped,))
+HOOKS = Hooks(on_miss=(refused_on_miss,), plan=(shaped,))
