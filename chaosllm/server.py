@@ -43,7 +43,7 @@ from chaosllm.config import (
     secrets_from_env,
 )
 from chaosllm.core.clock import Clock
-from chaosllm.core.verdict import Finding, Tolerances, findings
+from chaosllm.core.verdict import Finding, Tolerances
 from chaosllm.errors import ConfigError, ServerError
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.app import create_app
@@ -730,15 +730,7 @@ class ChaosServer:
         `settle` seconds for requests still being answered, so that what the wire sent
         is final."""
         chosen = Tolerances().with_(**tolerances)
-        entries = self.state.journal.entries(session, settle=settle)
-        found = findings(entries, self.state.board.history(session), chosen)
-        hub = getattr(self.state, "_live_hub", None)
-        if hub is not None:  # WebSocket sessions (chaosllm.core.live.verdict)
-            from chaosllm.core.live.verdict import session_findings
-
-            logs = [log for log in hub.logs if session is None or log.session == session]
-            found += session_findings(logs)
-        return found
+        return self.state.findings(session, chosen, settle=settle)
 
     def unused(self) -> list[str]:
         """The names of the recordings not served since the last reset (`GET /__unused`)."""

@@ -747,9 +747,7 @@ async def verdict(request: Request) -> Response:
             tolerances = tolerances.with_text([item])
         except ConfigError as exc:
             return openai_error(400, str(exc), code="invalid_tolerance", param=item[0])
-    found = verdicts.findings(
-        state.journal.entries(session), state.board.history(session), tolerances
-    )
+    found = state.findings(session, tolerances)
     return JSONResponse(
         {"findings": [f.to_json() for f in found], "tolerances": tolerances.to_json()}
     )

@@ -10,9 +10,11 @@ import time
 from typing import TYPE_CHECKING
 
 from chaosllm.config import Mode, ServerConfig
+from chaosllm.core import verdict as verdicts
 from chaosllm.core.call import Decision, ProviderCall
 from chaosllm.core.clock import Clock
 from chaosllm.core.engine import Engine
+from chaosllm.core.verdict import Finding, Tolerances
 from chaosllm.errors import ConfigError
 from chaosllm.http.access import AccessLog
 from chaosllm.model import Exchange
@@ -91,6 +93,22 @@ class ChaosState(Engine):
         decision = super().handle(call, turn=turn)
         access.write(decision.entry.record, (time.perf_counter() - started) * 1000.0)
         return decision
+
+    def findings(
+        self, session: str | None, tolerances: Tolerances, *, settle: float = 0.0
+    ) -> list[Finding]:
+        """The findings about the client's behaviour (`GET /__verdict`,
+        `ChaosServer.verdict`): its requests' (`chaosllm.core.verdict`) and its WebSocket
+        sessions' (`chaosllm.core.live.verdict`), of one session or of all."""
+        entries = self.journal.entries(session, settle=settle)
+        found = verdicts.findings(entries, self.board.history(session), tolerances)
+        hub = getattr(self, "_live_hub", None)
+        if hub is not None:
+            from chaosllm.core.live.verdict import session_findings
+
+            logs = [log for log in hub.logs if session is None or log.session == session]
+            found += session_findings(logs)
+        return found
 
     def record(self, exchange: Exchange, session: str | None) -> Exchange:
         """Write a new recording (to the session's active scenario, else the configured

@@ -252,3 +252,5 @@ def test_the_verdict_names_a_reconnect_without_resumption(fresh: ChaosServer) ->
     anyio.run(main)
     names = [f.name for f in fresh.verdict()]
     assert "reconnected_without_resumption" in names
+    over_http = httpx.get(fresh.url + "/__verdict", timeout=10, verify=False).json()
+    assert "reconnected_without_resumption" in [f["name"] for f in over_http["findings"]]
