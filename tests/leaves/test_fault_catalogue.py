@@ -31,7 +31,7 @@ from chaosllm.faults import (
     parse_fault_spec,
     spec_from_query,
 )
-from chaosllm.faults.session import not_http
+from chaosllm.faults import transform as t
 from chaosllm.faults.spec import COMMON_FIELDS, MATCH_FIELDS
 from chaosllm.providers.openai_chat import OpenAIChat
 from chaosllm.reference import fault_catalogue_page
@@ -140,10 +140,16 @@ def test_apply_fault_returns_none_where_the_fault_does_not_apply() -> None:
 
 def test_the_probe_outlasts_its_time_limit_with_every_silent_fault() -> None:
     specs = default_faults(stall_ms=4000)
-    # every type but the session faults, which fire on WebSocket sessions only
+    # every type that fires on any model request: not a WebSocket session's, an MCP
+    # server's, a stored response's or a gateway's, which fire only on their own
     assert [spec["type"] for spec in specs] == [
-        name for name in FAULT_TYPES if FAULT_TYPES[name].on_request is not not_http
+        name
+        for name in FAULT_TYPES
+        if FAULT_TYPES[name].on_request in (t.any_request, t.sse_stream)
     ]
+    named = {spec["type"] for spec in specs}
+    assert {"stall", "http_503", "crlf_frames", "malformed_tool_args"} <= named
+    assert not named & {"ws_close", "mcp_error", "background_failed", "openrouter_credits"}
     for spec in specs:
         silence = FAULT_TYPES[spec["type"]].silence_param
         assert spec == {"type": spec["type"], **({silence: 4000} if silence else {})}
