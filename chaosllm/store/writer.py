@@ -108,16 +108,8 @@ class RecordingWriter:
     def write(self, exchange: Exchange, scenario: str) -> Exchange:
         """Write `exchange` as the next recording of `scenario`; the exchange as stored
         (its `name`, `scenario` and `source` set)."""
-        directory = self.scenario_dir(scenario)
-        text = serialise(exchange, self.redactor)
-        directory.mkdir(parents=True, exist_ok=True)
-        temp = self._write_temp(directory, text.encode("utf-8"))
-        try:
-            target = self._publish(directory, temp)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-        _fsync_dir(directory)
+        self.scenario_dir(scenario)  # UnsafePath before anything is serialised
+        target = self.write_text(serialise(exchange, self.redactor), scenario)
         name = f"{scenario}/{target.stem}"
         return replace(exchange, name=name, scenario=scenario, source=str(target))
 
