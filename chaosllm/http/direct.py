@@ -77,7 +77,7 @@ class DirectHandler:
             call = (
                 None
                 if provider is None
-                else self.call_for(provider, method, path, query, headers, body)
+                else self.call_for(provider, method, path, query, headers, body, keyed=keyed)
             )
             if kept is not None:
                 kept.derived = (keyed, provider, call)
@@ -93,6 +93,8 @@ class DirectHandler:
         query: bytes,
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
+        *,
+        keyed: bool | None = None,
     ) -> ProviderCall | None:
         """The engine's call for a request `provider_for` gave `provider` for: a function
         of the request alone, and of whether a live rate limit is on (which keys its
@@ -100,7 +102,8 @@ class DirectHandler:
         rule does not plainly pass, an Origin with ``--cors``)."""
         session = None
         mocked: list[tuple[str, str]] = []  # DocsGPT's mock LLM's X-Mock-LLM-* delays
-        keyed = self.state.limiter is not None  # the live rate limit's caller: the API key
+        if keyed is None:  # the live rate limit's caller: the API key
+            keyed = self.state.limiter is not None
         read = provider.call_headers  # what the protocol reads off the headers
         hosts = self.hosts
         for name, value in headers:
