@@ -152,12 +152,16 @@ class _Compiled:
     the dataclass's fields, so it is no argument of the constructor, is not compared,
     hashed, copied by `with_` or pickled, and `dataclasses.fields` does not list it."""
 
-    __slots__ = ("compiled", "stamped_from")
+    __slots__ = ("compiled", "stamp", "stamped_from")
 
     compiled: dict[object, object]
     """By variant (kind of request, kind of server), filled on first use by
     `chaosllm.wire.program` (unset until then), so that a plan kept and served again is
     compiled once."""
+    stamp: tuple[tuple[str, ...], tuple[str, ...]]
+    """The request-id headers a protocol writes on every answer and, of them, those this
+    plan lacks (`chaosllm.providers.errors.Errors.stamped`), worked out once per plan
+    (unset until then)."""
     stamped_from: tuple[ResponsePlan, tuple[tuple[str, str], ...]]
     """For a plan that is another plus headers appended and nothing else (an answer's
     request id, different for each answer: `chaosllm.providers.errors.Errors.stamped`):
@@ -198,6 +202,22 @@ class ResponsePlan(_Compiled):
 
     def with_(self, **changes: Any) -> ResponsePlan:
         return replace(self, **changes)
+
+    def with_headers(self, headers: tuple[tuple[str, str], ...]) -> ResponsePlan:
+        """``with_(headers=headers)``, without `dataclasses.replace`'s field walk: what
+        every answer's request id costs (`chaosllm.providers.errors.Errors.stamped`)."""
+        return ResponsePlan(
+            self.status,
+            headers,
+            self.pieces,
+            self.framing,
+            self.ending,
+            self.content_length,
+            self.head_delay_ms,
+            self.send_head,
+            self.stall_ms,
+            self.close_after,
+        )
 
 
 class StateVersion:

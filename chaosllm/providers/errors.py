@@ -46,13 +46,19 @@ class Errors(abc.ABC):
         names = self.request_id_headers
         if not names:
             return plan
-        present = {name.lower() for name, _ in plan.headers}
-        missing = tuple(name for name in names if name.lower() not in present)
+        try:
+            known, missing = plan.stamp
+        except AttributeError:
+            known = None
+        if known is not names:
+            present = {name.lower() for name, _ in plan.headers}
+            missing = tuple(name for name in names if name.lower() not in present)
+            object.__setattr__(plan, "stamp", (names, missing))  # a cache, not the value
         if not missing:
             return plan
         ident = request_id(key, self.request_id_form)
         added = tuple((name, ident) for name in missing)
-        stamped = plan.with_(headers=plan.headers + added)
+        stamped = plan.with_headers(plan.headers + added)
         bodied = self._stamp_body(stamped, ident)
         if bodied is stamped:  # only headers added: its program is the plan's, re-headed
             object.__setattr__(stamped, "stamped_from", (plan, added))

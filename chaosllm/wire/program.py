@@ -99,7 +99,7 @@ class Steps(Generic[T]):
 class Program(Steps[bytes]):
     """A plan as bytes for a socket (see the module docstring)."""
 
-    __slots__ = ("head_end", "instant", "prefix")
+    __slots__ = ("halves", "head_end", "instant", "lines", "prefix")
 
     def __init__(
         self,
@@ -117,28 +117,49 @@ class Program(Steps[bytes]):
         self.prefix = prefix
         """The head up to its ``Date`` value: the first segment is `prefix`, the date,
         then its data. None: no date to fill in (no head, or the plan's own Date)."""
+        self.lines: tuple[bytes, bytes, bytes] | None = None
+        """Header lines last in the head (`with_header_lines`): the first segment's data
+        before them, the lines, the data after them; None: none added."""
+        self.halves: tuple[bytes, bytes] | None = None
+        """The first segment's data cut before the blank line that ends the head, on the
+        first `with_header_lines` (a program kept for many answers cuts it once)."""
         self.instant = len(segments) == 1 and segments[0][0] <= 0 and ending in (KEEP, FIN)
         """No delay and nothing to wait for: executed at once, without a task."""
 
     def first(self) -> bytes:
         prefix = self.prefix
+        lines = self.lines
+        if lines is None:
+            if prefix is None:
+                return self.segments[0][1]
+            return b"".join((prefix, http_date(), self.segments[0][1]))
         if prefix is None:
-            return self.segments[0][1]
-        return b"".join((prefix, http_date(), self.segments[0][1]))
+            return b"".join(lines)
+        return b"".join((prefix, http_date(), *lines))
 
     def with_header_lines(self, lines: bytes) -> Program:
-        """This program with header `lines` (``name: value\r\n`` each) last in its head."""
-        cut = self.head_end - 2  # before the blank line that ends the head
-        _, data, frames, size, head = first = self.segments[0]
-        segment = (first[0], data[:cut] + lines + data[cut:], frames, size, head)
-        return Program(
-            (segment, *self.segments[1:]),
-            self.ending,
-            self.keep,
-            self.stall_s,
-            self.prefix,
-            self.head_end + len(lines),
-        )
+        """This program with header `lines` (``name: value\r\n`` each) last in its head:
+        the same segments, the lines spliced in by `first` (the body is not copied)."""
+        derived = Program.__new__(Program)
+        derived.segments = self.segments
+        derived.ending = self.ending
+        derived.keep = self.keep
+        derived.stall_s = self.stall_s
+        derived.prefix = self.prefix
+        derived.head_end = self.head_end + len(lines)
+        derived.instant = self.instant
+        derived.halves = None
+        if self.lines is None:
+            halves = self.halves
+            if halves is None:
+                cut = self.head_end - 2  # before the blank line that ends the head
+                data = self.segments[0][1]
+                self.halves = halves = (data[:cut], data[cut:])
+            derived.lines = (halves[0], lines, halves[1])
+        else:
+            before, added, after = self.lines
+            derived.lines = (before, added + lines, after)
+        return derived
 
 
 class AsgiProgram(Steps[AsgiPart]):

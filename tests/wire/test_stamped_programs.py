@@ -48,3 +48,25 @@ def test_a_stamped_plans_program_is_its_own_compiled(
     if stamped is not plan and plan.send_head:
         assert stamped.stamped_from[0] is plan  # the derived program, not a compile
         assert got is not program_for(stamped, **options)  # nor kept: each id its own
+
+
+@settings(max_examples=200, deadline=None)
+@given(plan=PLANS, extra=st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5))))
+def test_with_headers_is_with_(plan: ResponsePlan, extra: list[tuple[str, str]]) -> None:
+    headers = plan.headers + tuple(extra)
+    assert plan.with_headers(headers) == plan.with_(headers=headers)
+
+
+@settings(max_examples=100, deadline=None)
+@given(plan=PLANS, provider=st.sampled_from(sorted(PROVIDERS)))
+def test_stamping_a_plan_again_stamps_it_as_the_first_time(
+    plan: ResponsePlan, provider: str
+) -> None:
+    """What a plan lacks is worked out once and kept on it: a kept plan stamped for its
+    second answer gets what a fresh copy of it gets."""
+    errors = PROVIDERS[provider].errors
+    errors.stamped(plan, "7:1")
+    again = errors.stamped(plan, "7:2")
+    fresh = errors.stamped(plan.with_(), "7:2")
+    assert again == fresh
+    assert again.headers[: len(plan.headers)] == plan.headers

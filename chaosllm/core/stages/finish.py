@@ -62,11 +62,20 @@ def _record(
     return engine.journal.add(**fields)
 
 
-def _stamped(engine: Engine, call: ProviderCall, plan: ResponsePlan, entry: JournalEntry) -> Reply:
+def _stamped(
+    engine: Engine,
+    call: ProviderCall,
+    plan: ResponsePlan,
+    entry: JournalEntry,
+    recording: str | None = None,
+    consumed: bool = False,
+    fired: Fired | None = None,
+) -> Reply:
     """`plan` answered to `call`, carrying the request id the provider sends with every
     answer, derived from the server seed and the answer's place in the journal (so
     ``--seed`` gives every run the same ids, and no two answers of a run share one)."""
-    return Reply(call.provider.errors.stamped(plan, f"{engine.config.seed}:{entry.seq}"), entry)
+    stamped = call.provider.errors.stamped(plan, f"{engine.config.seed}:{entry.seq}")
+    return Reply(stamped, entry, recording, consumed, fired)
 
 
 def refused(engine: Engine, call: ProviderCall, plan: ResponsePlan, error: str) -> Reply:
@@ -138,7 +147,7 @@ def alone(engine: Engine, request: Request, plan: ResponsePlan, fired: Fired) ->
     """A proxied request answered by a fault without asking the upstream."""
     entry = _entry(engine, request, plan)
     fired.request_seq = entry.seq
-    return replace(_stamped(engine, request.call, plan, entry), fired=fired)
+    return _stamped(engine, request.call, plan, entry, fired=fired)
 
 
 def pending(engine: Engine, fields: dict[str, Any]) -> JournalEntry:
@@ -174,8 +183,7 @@ def served(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> 
             size = len(request.call.body) + plan.body_length + KEPT_COST
             engine.memo.put(_key(request.call), kept, size, stateful=True)
     recording = answer.exchange.name if match is not None else None
-    stamped = _stamped(engine, request.call, plan, entry)
-    return replace(stamped, recording=recording, consumed=consumed, fired=fired)
+    return _stamped(engine, request.call, plan, entry, recording, consumed, fired)
 
 
 def again(engine: Engine, call: ProviderCall, turn: int) -> Reply | None:
@@ -189,5 +197,4 @@ def again(engine: Engine, call: ProviderCall, turn: int) -> Reply | None:
         return None
     engine.matcher.consume(kept.match, call.session)
     entry = engine.journal.add_like(kept.record)
-    stamped = _stamped(engine, call, kept.plan, entry)
-    return replace(stamped, recording=kept.match.exchange.name, consumed=True)
+    return _stamped(engine, call, kept.plan, entry, kept.match.exchange.name, True)
