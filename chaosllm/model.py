@@ -203,13 +203,17 @@ class ResponsePlan(_Compiled):
     def with_(self, **changes: Any) -> ResponsePlan:
         return replace(self, **changes)
 
-    def with_headers(self, headers: tuple[tuple[str, str], ...]) -> ResponsePlan:
-        """``with_(headers=headers)``, without `dataclasses.replace`'s field walk: what
-        every answer's request id costs (`chaosllm.providers.errors.Errors.stamped`)."""
+    def with_headers(
+        self, headers: tuple[tuple[str, str], ...], pieces: tuple[Piece, ...] | None = None
+    ) -> ResponsePlan:
+        """``with_(headers=headers)`` (and ``pieces=pieces`` unless None), without
+        `dataclasses.replace`'s field walk: what every answer's request id and
+        chaosllm's headers cost (`chaosllm.providers.errors.Errors.stamped`,
+        `chaosllm.core.stages.shape`)."""
         return ResponsePlan(
             self.status,
             headers,
-            self.pieces,
+            self.pieces if pieces is None else pieces,
             self.framing,
             self.ending,
             self.content_length,

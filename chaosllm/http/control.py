@@ -51,6 +51,7 @@ the call is answered 429 with ``Retry-After``.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import json
@@ -180,6 +181,7 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
+@functools.lru_cache(maxsize=64)
 def loopback_bound(host: str | None) -> bool:
     """Whether a server bound to `host` is reachable from this machine only (then its
     provider endpoints are behind the Host rule too)."""

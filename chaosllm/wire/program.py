@@ -377,12 +377,19 @@ def _degradation(plan: ResponsePlan) -> tuple[str, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _asgi_header(name: str, value: str) -> tuple[bytes, bytes] | None:
+    """A plan's header as an ASGI header, None for a framing header (the server frames
+    the body): by value, since a plan made afresh for each request (a session's replay)
+    has the headers of the last one but its request id."""
+    lowered = name.lower()
+    if lowered in _FRAMING_HEADERS:
+        return None
+    return (lowered.encode("latin-1"), value.encode("latin-1"))
+
+
 def _asgi_headers(plan: ResponsePlan) -> tuple[tuple[bytes, bytes], ...]:
-    headers = [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in plan.headers
-        if name.lower() not in _FRAMING_HEADERS
-    ]
+    headers = [encoded for name, value in plan.headers if (encoded := _asgi_header(name, value))]
     if plan.framing is Framing.LENGTH:
         if plan.ending is Ending.COMPLETE:
             headers.append((b"content-length", str(plan.body_length).encode("ascii")))

@@ -24,7 +24,7 @@ def _with_live_headers(plan: ResponsePlan, live: Headers) -> ResponsePlan:
         return plan
     names = {name for name, _ in live}
     kept = tuple(h for h in plan.headers if h[0].lower() not in names)
-    return plan.with_(headers=kept + live)
+    return plan.with_headers(kept + live)
 
 
 def shape(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> None:
@@ -33,10 +33,7 @@ def shape(engine: Engine, request: Request, chosen: Chosen, answer: Answer) -> N
     for headers in engine.hooks.headers:
         extra += headers(engine, request)
     plan = answer.plan
-    if answer.pieces is not None:
-        plan = plan.with_(headers=plan.headers + extra, pieces=answer.pieces)
-    else:
-        plan = plan.with_(headers=plan.headers + extra)
+    plan = plan.with_headers(plan.headers + extra, answer.pieces)
     estimated = provider.estimated(answer.exchange.response, request.body)
     if estimated:
         request.fields["estimated"] = estimated
