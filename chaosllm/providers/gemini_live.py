@@ -146,6 +146,17 @@ class GeminiLiveProtocol(SessionProtocol):
     def going_away(self, event: dict[str, Any]) -> bool:
         return "goAway" in event
 
+    def answer_starts(self, event: dict[str, Any]) -> bool:
+        return "serverContent" in event or "toolCall" in event
+
+    def answer_done(self, event: dict[str, Any]) -> bool:
+        """``turnComplete`` (or ``interrupted``), or a ``toolCall``: the model waits for
+        the tool response."""
+        content = event.get("serverContent")
+        if isinstance(content, dict):
+            return bool(content.get("turnComplete") or content.get("interrupted"))
+        return "toolCall" in event
+
     def resumption_event(self, handle: str) -> dict[str, Any]:
         return {"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}}
 

@@ -128,6 +128,16 @@ class SessionProtocol:
         """Whether a server event tells the client the session is ending."""
         return False
 
+    def answer_starts(self, event: dict[str, Any]) -> bool:
+        """Whether a server event is the first of a turn's answer (not an acknowledgement
+        or a trailer): where a proxied session's relayed answer begins."""
+        return False
+
+    def answer_done(self, event: dict[str, Any]) -> bool:
+        """Whether a server event ends a turn's answer (what a broken turn's rest is
+        dropped up to, on a proxied session)."""
+        return False
+
     def rate_limits_event(self, remaining: int) -> dict[str, Any] | None:
         return None
 
