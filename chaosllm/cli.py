@@ -491,13 +491,20 @@ def _parser() -> argparse.ArgumentParser:
         "probe",
         help="run a client program once per fault: a resilience matrix",
         description="Run CMD once without faults, then once per fault (on its first JSON "
-        "request and on its first streaming request), each against a fresh "
+        "request and on its first streaming request; with --variants session, on "
+        "its WebSocket session turns, the server serving TLS that CMD trusts "
+        "through SSL_CERT_FILE), each against a fresh "
         "server with OPENAI_BASE_URL set, and classify each run: recovered, "
         "failed cleanly, hung, wrong answer, not fired.",
     )
     probe.add_argument("--types", metavar="T1,T2", help="fault types (default: all)")
     probe.add_argument("--profile", metavar="NAME|FILE", help="the faults of a profile")
-    probe.add_argument("--variants", default="json,stream", metavar="json,stream")
+    probe.add_argument(
+        "--variants",
+        default="json,stream",
+        metavar="json,stream",
+        help="json, stream (the default), session (live clients: the session faults)",
+    )
     probe.add_argument(
         "--timeout",
         type=float,

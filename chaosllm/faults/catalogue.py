@@ -193,6 +193,8 @@ def _session(
     transform: ws.SessionTransform,
     simplicity: int,
     after: int,
+    *,
+    silence: str | None = None,
     **params: Param,
 ) -> FaultType:
     """A fault of WebSocket sessions only (`chaosllm.faults.session`)."""
@@ -204,6 +206,7 @@ def _session(
         on_request=ws.not_http,
         params={"after_events": _events(after), **params},
         simplicity=simplicity,
+        silence_param=silence,
     )
 
 
@@ -255,6 +258,7 @@ _SESSION_FAULTS = (
         ws.session_stall,
         55,
         2,
+        silence="max_ms",
         max_ms=Param(float, 30_000.0, "milliseconds of silence", 0, 3_600_000, draw=Draw.STALL_MS),
     ),
     _session(
