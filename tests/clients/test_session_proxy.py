@@ -303,3 +303,33 @@ def test_record_missing_through_google_genai(tmp_path: Path) -> None:
     assert len(written) == 1 and "AIzaSy" not in written[0].read_text("utf-8")
     with ChaosServer(recordings=root, tls=True) as replay:
         assert anyio.run(two_turns, replay) == relayed
+
+
+def test_go_away_on_a_proxied_gemini_session_through_google_genai(upstream: ChaosServer) -> None:
+    from google.genai import errors
+
+    async def main(server: ChaosServer) -> tuple[list[types.LiveServerMessage], Exception]:
+        got: list[types.LiveServerMessage] = []
+        client = server.live()
+        async with client.aio.live.connect(
+            model="gemini-live-2.5-flash-preview", config={"response_modalities": ["TEXT"]}
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(role="user", parts=[types.Part(text=QUESTION)])
+            )
+            try:
+                with anyio.fail_after(10):
+                    while True:
+                        got.append(await session._receive())
+            except errors.APIError as exc:
+                return got, exc
+        raise AssertionError("unreachable")
+
+    with ChaosServer(mode="passthrough", upstream=upstream.url, tls=True) as proxy:
+        proxy.arm({"type": "go_away", "after_events": 1, "time_left_ms": 200})
+        got, exc = anyio.run(main, proxy)
+    assert got[0].server_content is not None
+    assert got[1].go_away is not None and got[1].go_away.time_left == "0.200s"
+    # the turn goes on during the time left, then the session closes with 1001
+    assert any(m.server_content and m.server_content.turn_complete for m in got[2:])
+    assert isinstance(exc, errors.APIError) and exc.code == 1001
