@@ -319,3 +319,33 @@ def test_the_realtime_only_faults_are_not_consumed_by_a_live_session(
 
     anyio.run(main)
     assert fresh.state.board.armed() and not fresh.state.board.history()
+
+
+@pytest.mark.parametrize("version", ["v1alpha", "v1"])
+def test_the_other_api_versions_replay_too(fresh: ChaosServer, version: str) -> None:
+    from google import genai
+
+    assert fresh.certfile is not None
+    context = client_context(fresh.certfile)
+
+    async def main() -> None:
+        client = genai.Client(
+            api_key="chaosllm",
+            http_options=types.HttpOptions(
+                base_url=fresh.url, api_version=version, async_client_args={"ssl": context}
+            ),
+        )
+        async with client.aio.live.connect(
+            model=MODEL, config={"response_modalities": ["TEXT"]}
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the capital of France?")]
+                )
+            )
+            [turn] = answers("gemini-live-text")
+            assert await received(session, len(turn)) == [parsed(m) for m in turn]
+
+    anyio.run(main)
+    [entry] = fresh.requests()
+    assert entry["path"] == PATH.replace("v1beta", version)
