@@ -335,9 +335,8 @@ def test_the_other_api_versions_replay_too(fresh: ChaosServer, version: str) -> 
                 base_url=fresh.url, api_version=version, async_client_args={"ssl": context}
             ),
         )
-        async with client.aio.live.connect(
-            model=MODEL, config={"response_modalities": ["TEXT"]}
-        ) as session:
+        config = types.LiveConnectConfig(response_modalities=[types.Modality.TEXT])
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
             await session.send_client_content(
                 turns=types.Content(
                     role="user", parts=[types.Part(text="What is the capital of France?")]
