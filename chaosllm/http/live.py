@@ -8,6 +8,13 @@ in order, paced by the recorded timing). A step that ends the session ends it: a
 frame, a drop (under chaosllm's own servers the ``chaosllm.websocket.drop`` message;
 under another ASGI server, an exception, on which uvicorn closes the transport with no
 close frame), a stall (pings unanswered where the server can, then a drop).
+
+In record and passthrough modes the session is relayed to the upstream's WebSocket from
+the start; in record-missing it is replayed until a turn has no recording (a `RELAY`
+step), then the upstream is brought to where the session is and the session relayed
+from there. A relayed session's faults are `chaosllm.core.live.relay.Relay`'s: its steps
+go through the same sender. `_Recorder` writes the session (record: always;
+record-missing: when a turn was relayed).
 """
 
 from __future__ import annotations
