@@ -266,6 +266,7 @@ class _Run:
             session.session,
             journal=state.journal,
             turns=turns,
+            log=session.log,
         )
         self.upstream = upstream
         if self.recorder is not None:

@@ -160,6 +160,12 @@ class GeminiLiveProtocol(SessionProtocol):
     def resumption_event(self, handle: str) -> dict[str, Any]:
         return {"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}}
 
+    def offered_handle(self, event: dict[str, Any]) -> str | None:
+        update = event.get("sessionResumptionUpdate")
+        if not isinstance(update, dict) or not update.get("newHandle"):
+            return None
+        return str(update["newHandle"])
+
     def resumption_handle(self, setup: dict[str, Any]) -> str | bool | None:
         """The handle a ``setup`` resumes (False: it does not ask for resumption; None: it
         asks for handles but resumes none)."""

@@ -87,6 +87,10 @@ class SessionProtocol:
         """The event offering a handle to resume the session from (None: no resumption)."""
         return None
 
+    def offered_handle(self, event: dict[str, Any]) -> str | None:
+        """The resumption handle a server event offers (None: it offers none)."""
+        return None
+
     def resumption_handle(self, setup: dict[str, Any]) -> str | bool | None:
         """The handle a setup resumes from (False: it asks for no handles)."""
         return False

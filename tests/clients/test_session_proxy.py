@@ -333,3 +333,23 @@ def test_go_away_on_a_proxied_gemini_session_through_google_genai(upstream: Chao
     # the turn goes on during the time left, then the session closes with 1001
     assert any(m.server_content and m.server_content.turn_complete for m in got[2:])
     assert isinstance(exc, errors.APIError) and exc.code == 1001
+
+
+def test_the_verdicts_judge_a_proxied_live_client(upstream: ChaosServer) -> None:
+    async def ask(server: ChaosServer) -> None:
+        client = server.live()
+        config: Any = {"response_modalities": ["TEXT"], "session_resumption": {}}
+        async with client.aio.live.connect(
+            model="gemini-live-2.5-flash-preview", config=config
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(role="user", parts=[types.Part(text=QUESTION)])
+            )
+            while (await session._receive()).session_resumption_update is None:
+                pass
+
+    with ChaosServer(mode="passthrough", upstream=upstream.url, tls=True) as proxy:
+        anyio.run(ask, proxy)
+        anyio.run(ask, proxy)  # a new session, not resuming from the handle offered
+        names = [f.name for f in proxy.verdict()]
+    assert "reconnected_without_resumption" in names

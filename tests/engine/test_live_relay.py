@@ -168,3 +168,34 @@ def test_a_fault_the_protocol_cannot_word_is_not_consumed() -> None:
     r = relay(REALTIME, {"type": "go_away"})
     assert [s.event for s in relayed(r, client, answer)] == [json.loads(t) for t in answer]
     assert not r.fired and r.board.armed()
+
+
+def test_the_sessions_log_says_what_the_client_got_for_the_verdicts() -> None:
+    from chaosllm.core.live.verdict import SessionLog, session_findings
+
+    client, answer = first_turn(GEMINI_LIVE, "gemini-live-text")
+    setup = json.loads(client[0])
+    setup["setup"]["sessionResumption"] = {}
+    logs = []
+    for n, armed in enumerate(({}, {"type": "go_away", "after_events": 1}), start=1):
+        log = SessionLog(n, GEMINI_LIVE.name, None)
+        r = relay(GEMINI_LIVE, *([armed] if armed else []))
+        r.log = log
+        r.client(json.dumps(setup))
+        for text in client[1:]:
+            r.client(text)
+        offer = {"sessionResumptionUpdate": {"newHandle": f"h{n}", "resumable": True}}
+        for text in [*answer, json.dumps(offer)]:
+            r.server(text)
+        logs.append(log)
+    first, second = logs
+    assert first.offered == ["h1"] and first.turns[0][1] is True and not first.went_away
+    assert second.turns[0][1] is False and second.went_away
+    assert first.turns[0][0] == second.turns[0][0]  # the same turn's digest
+    names = [f.name for f in session_findings(logs)]
+    # (the second session asks again the turn the first was answered whole)
+    assert names == [
+        "reconnected_without_resumption",
+        "resent_after_done",
+        "no_reconnect_after_going_away",
+    ]

@@ -32,11 +32,13 @@ import json
 from typing import Any
 
 from chaosllm.core.journal import Journal
+from chaosllm.core.live.verdict import SessionLog
 from chaosllm.core.report import Outcome
 from chaosllm.faults.board import FaultBoard, RequestInfo
 from chaosllm.faults.session import CLOSE, DROP, EVENT, STALL, TEXT, Step
 from chaosllm.faults.spec import FaultSpec
-from chaosllm.providers.live import SessionProtocol
+from chaosllm.providers.live import SessionProtocol, TurnState
+from chaosllm.store.sessions import turn_key
 
 __all__ = ["Relay", "ends", "journal_turn", "take_fault"]
 
@@ -146,6 +148,7 @@ class Relay:
         *,
         journal: Journal | None = None,
         turns: int = 0,
+        log: SessionLog | None = None,
     ) -> None:
         self.board = board
         self.protocol = protocol
@@ -162,6 +165,10 @@ class Relay:
         """The turn's events passed so far (while a fault is pending)."""
         self.held: list[Step] = []
         self.miss = False
+        self.log = log
+        """The session's log for the verdicts: each turn's digest and whether the client
+        got it whole, the handles offered, whether it was told it is going away."""
+        self.turn = TurnState()
         self.fired: list[dict[str, Any]] = []
         """The faults that fired, as the journal says them."""
 
@@ -172,6 +179,18 @@ class Relay:
     def client(self, text: str) -> tuple[Step, ...]:
         """A client frame (forwarded to the upstream as it is): what the client gets
         before it; a frame that ends a turn begins the next turn."""
+        return self.shown(self._client(text))
+
+    def server(self, text: str) -> tuple[Step, ...]:
+        """An upstream frame: what the client gets for it."""
+        return self.shown(self._server(text))
+
+    def upstream_closed(self) -> tuple[Step, ...]:
+        """The upstream ended the session: what the client still gets first (a held turn,
+        a pending fault's tail)."""
+        return self.shown(self._flush())
+
+    def _client(self, text: str) -> tuple[Step, ...]:
         if self.state == _ENDED:
             return ()
         try:
@@ -182,13 +201,22 @@ class Relay:
             return ()
         protocol = self.protocol
         if protocol.first_event is not None and protocol.kind_of(event) == protocol.first_event:
-            model = protocol.setup(event).get("model")
+            setup = protocol.setup(event)
+            model = setup.get("model")
             if isinstance(model, str):
                 self.model = model.removeprefix("models/")
+            handle = protocol.resumption_handle(setup)
+            if isinstance(handle, str) and self.log is not None:
+                self.log.resumed = handle
             return ()
+        protocol.take(event, self.turn)
         if not protocol.ends_turn(event):
             return ()
+        digest, _ = turn_key(protocol, self.turn)
+        self.turn = TurnState()
         before = self._flush()
+        if self.log is not None:
+            self.log.turns.append((digest, True))
         if self.state != _ENDED:
             self.begin()
         return before
@@ -220,14 +248,14 @@ class Relay:
             self.pending = fired.spec
             fault = _fault_json(fired.spec, fired.fault_id)
             self.fired.append(fault)
+            self._broken()
         elif whole_first:
             self.state = _HOLD
             self.miss = miss
             return  # journalled when the held turn is transformed
         self._journal(fault, miss)
 
-    def server(self, text: str) -> tuple[Step, ...]:
-        """An upstream frame: what the client gets for it."""
+    def _server(self, text: str) -> tuple[Step, ...]:
         state = self.state
         if state == _ENDED:
             return ()
@@ -262,10 +290,25 @@ class Relay:
             self.state = _CUT
         return tail
 
-    def upstream_closed(self) -> tuple[Step, ...]:
-        """The upstream ended the session: what the client still gets first (a held turn,
-        a pending fault's tail)."""
-        return self._flush()
+    def _broken(self) -> None:
+        """The turn's answer is not the client's whole (the verdicts' ``turns``)."""
+        if self.log is not None and self.log.turns:
+            self.log.turns[-1] = (self.log.turns[-1][0], False)
+
+    def shown(self, steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        """`steps` as the client gets them, noted in the session's log: a handle offered,
+        a going away (the upstream's or a fault's)."""
+        log = self.log
+        if log is not None:
+            for step in steps:
+                if step.event is None:
+                    continue
+                handle = self.protocol.offered_handle(step.event)
+                if handle is not None:
+                    log.offered.append(handle)
+                if self.protocol.going_away(step.event):
+                    log.went_away = True
+        return steps
 
     def _flush(self) -> tuple[Step, ...]:
         """A turn ended (the client's next turn, the upstream's end) before its fault
@@ -293,6 +336,7 @@ class Relay:
         out, fault = take_fault(self.board, request, held, self.protocol)
         if fault is not None:
             self.fired.append(fault)
+            self._broken()
         self._journal(fault, self.miss)
         self.miss = False
         if ends(out):

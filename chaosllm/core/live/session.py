@@ -248,6 +248,7 @@ class LiveSession:
         )
         relay = self.history is not None and len(self.history) < MAX_HISTORY
         if found is None and relay:
+            self.log.turns.append((digest, True))
             return (Step(RELAY),)  # journalled by the relay (`Relay.begin`)
         if found is None:
             missed = self._miss(store, digest, text)
