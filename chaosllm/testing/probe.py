@@ -612,6 +612,8 @@ def render_junit(report: ProbeReport) -> str:
 
 def _attempt_line(attempt: Mapping[str, Any]) -> str:
     kind = "stream" if attempt.get("stream") else "json"
+    if attempt.get("status") == 101:
+        kind = "session"  # a WebSocket session's turn
     return (
         f"#{attempt['seq']} +{attempt['at']:.3f}s {kind} status={attempt.get('status')} "
         f"fault={attempt.get('fault') or '-'} outcome={attempt.get('outcome')} "

@@ -5,12 +5,20 @@ fault does to it."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
 import pytest
 
-from chaosllm.testing.probe import SESSION, default_faults, probe, render_matrix
+from chaosllm.testing.probe import (
+    SESSION,
+    compare_reports,
+    default_faults,
+    probe,
+    render_junit,
+    render_matrix,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -98,6 +106,16 @@ def test_probe_matrix_of_an_openai_realtime_program(tmp_path: Path) -> None:
     assert got == REALTIME, render_matrix(report)
     [closed] = [r for r in report.runs if r.label == "ws_close"]
     assert closed.timeline and closed.timeline[0]["fault"] == "ws_close"
+    # the gate: the same report is no regression; a cell that recovered before is
+    junit = render_junit(report)
+    assert 'name="ws_close[session]"' in junit and " session status=101 " in junit
+    assert not compare_reports(report.to_json(), report).regressed
+    before = copy.deepcopy(report.to_json())
+    for run in before["runs"]:
+        if run["fault"]["type"] == "ws_close":
+            run["verdict"] = "recovered"
+    comparison = compare_reports(before, report)
+    assert [c.cell for c in comparison.worse] == ["ws_close/session"]
 
 
 def test_probe_runs_a_google_genai_live_program_over_tls(tmp_path: Path) -> None:
