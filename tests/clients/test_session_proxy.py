@@ -353,3 +353,15 @@ def test_the_verdicts_judge_a_proxied_live_client(upstream: ChaosServer) -> None
         anyio.run(ask, proxy)  # a new session, not resuming from the handle offered
         names = [f.name for f in proxy.verdict()]
     assert "reconnected_without_resumption" in names
+
+
+def test_an_https_upstream_is_dialled_over_wss(monkeypatch: pytest.MonkeyPatch) -> None:
+    with ChaosServer(tls=True) as secure:
+        assert secure.url.startswith("https://") and secure.certfile is not None
+        # the proxy's upstream client trusts what the machine trusts: here, that certificate
+        monkeypatch.setenv("SSL_CERT_FILE", str(secure.certfile))
+        with ChaosServer(mode="passthrough", upstream=secure.url) as proxy:
+            [got] = raw_session(proxy, QUESTION)
+        assert got[:4] == TEXT_ANSWER and got[-1] == "response.done"
+        [turn] = secure.requests()
+        assert turn["path"] == "/v1/realtime" and turn["match"] == "exact"
