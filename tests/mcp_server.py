@@ -3,17 +3,19 @@ streamable HTTP, served by uvicorn in a thread): the upstream chaosllm records."
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel
 
-from tests.helpers import free_port
+from tests.helpers import chat_completion, free_port
 
 
 class Hits(BaseModel):
@@ -63,3 +65,27 @@ def serving_mcp(server: MCPServer | None = None) -> Iterator[tuple[str, Any]]:
     finally:
         runner.should_exit = True
         thread.join(10)
+
+
+class ScriptedModel(BaseHTTPRequestHandler):
+    """A loopback Chat Completions upstream for an agent with `search_server`'s tool: it
+    asks for the search tool, then answers from the tool's result."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if any(m.get("role") == "tool" for m in body["messages"]):
+            answer = chat_completion("There are 5 documents about chaos.", model=body["model"])
+        else:
+            call = {"name": "search", "arguments": json.dumps({"q": "chaos"})}
+            message = {"tool_calls": [{"id": "call_1", "type": "function", "function": call}]}
+            answer = chat_completion(None, model=body["model"], message=message)
+            answer["choices"][0]["finish_reason"] = "tool_calls"
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
