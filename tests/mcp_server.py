@@ -9,13 +9,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel
 
-from tests.helpers import chat_completion, free_port
+from chaosllm.server import ChaosServer
+from tests.helpers import chat_completion, free_port, loopback_upstream, write_json
 
 
 class Hits(BaseModel):
@@ -80,12 +82,26 @@ class ScriptedModel(BaseHTTPRequestHandler):
             message = {"tool_calls": [{"id": "call_1", "type": "function", "function": call}]}
             answer = chat_completion(None, model=body["model"], message=message)
             answer["choices"][0]["finish_reason"] = "tool_calls"
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        write_json(self, answer)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@contextmanager
+def recording_turn(root: Path) -> Iterator[tuple[ChaosServer, list[str]]]:
+    """chaosllm recording an agent's turn into ``root / "rec"``: `ScriptedModel` on
+    loopback as its model's upstream and `search_server` as its tool server ``search``;
+    the proxy and the queries the tool ran with upstream."""
+    with (
+        loopback_upstream(ScriptedModel) as model,
+        serving_mcp() as (tools, server),
+        ChaosServer(
+            root / "none",
+            mode="record",
+            upstream=model,
+            mcp_upstreams={"search": tools},
+            record_dir=root / "rec",
+        ) as chaos,
+    ):
+        yield chaos, server.calls

@@ -21,8 +21,7 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from chaosllm.server import ChaosServer  # noqa: E402
 from chaosllm.strategies import joint_fault_schedules  # noqa: E402
-from tests.helpers import loopback_upstream  # noqa: E402
-from tests.mcp_server import ScriptedModel, serving_mcp  # noqa: E402
+from tests.mcp_server import recording_turn  # noqa: E402
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -68,19 +67,10 @@ async def run_agent(url: str, *, restart_on_error: bool) -> str | None:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The agent's turn recorded through chaosllm: model and tool server together."""
     root = tmp_path_factory.mktemp("agent")
-    with (
-        loopback_upstream(ScriptedModel) as model,
-        serving_mcp() as (tools, _),
-        ChaosServer(
-            root / "none",
-            mode="record",
-            upstream=model,
-            mcp_upstreams={"search": tools},
-            record_dir=root / "rec",
-        ) as chaos,
-    ):
+    with recording_turn(root) as (chaos, ran):
         answer = anyio.run(lambda: run_agent(chaos.url, restart_on_error=False))
     assert answer == "There are 5 documents about chaos."
+    assert ran == ["chaos"]  # the tool ran once, upstream
     return root / "rec"
 
 

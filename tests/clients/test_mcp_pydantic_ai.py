@@ -22,8 +22,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from chaosllm.server import ChaosServer
-from tests.helpers import loopback_upstream
-from tests.mcp_server import ScriptedModel, serving_mcp
+from tests.mcp_server import recording_turn
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -53,19 +52,9 @@ async def run_agent(url: str) -> str:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The turn recorded through chaosllm: model and tool server together."""
     root = tmp_path_factory.mktemp("pydantic-ai")
-    with (
-        loopback_upstream(ScriptedModel) as model,
-        serving_mcp() as (tools, server),
-        ChaosServer(
-            root / "none",
-            mode="record",
-            upstream=model,
-            mcp_upstreams={"search": tools},
-            record_dir=root / "rec",
-        ) as chaos,
-    ):
+    with recording_turn(root) as (chaos, ran):
         assert anyio.run(run_agent, chaos.url) == ANSWER
-        assert server.calls == ["chaos"]  # the tool ran once, upstream
+        assert ran == ["chaos"]  # the tool ran once, upstream
     return root / "rec"
 
 
