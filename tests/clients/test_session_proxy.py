@@ -365,3 +365,19 @@ def test_an_https_upstream_is_dialled_over_wss(monkeypatch: pytest.MonkeyPatch) 
         assert got[:4] == TEXT_ANSWER and got[-1] == "response.done"
         [turn] = secure.requests()
         assert turn["path"] == "/v1/realtime" and turn["match"] == "exact"
+
+
+@pytest.mark.parametrize("kind", ["h11", "uvicorn"])
+def test_faults_on_a_proxied_session_under_the_other_servers(
+    upstream: ChaosServer, kind: str
+) -> None:
+    with ChaosServer(mode="passthrough", upstream=upstream.url, server=kind) as proxy:
+        proxy.arm({"type": "ws_close", "after_events": 2, "code": 4000, "reason": "bye"})
+        [got] = raw_session(proxy, QUESTION)
+        assert got[:2] == TEXT_ANSWER[:2] and len(got) == 3
+        assert got[-1].rcvd is not None and got[-1].rcvd.code == 4000
+        proxy.arm({"type": "ws_drop", "after_events": 1})
+        [got] = raw_session(proxy, QUESTION)
+        assert got[:1] == TEXT_ANSWER[:1] and len(got) == 2 and got[-1].rcvd is None
+        [again] = raw_session(proxy, QUESTION)  # and the proxy goes on serving
+        assert again[-1] == "response.done"
