@@ -144,7 +144,9 @@ class _Recorder:
     """A recorded session's frames both ways with their times (record: all of the
     session's; record-missing: written only when a turn was relayed), written as one
     session recording, redacted; the credentials (headers, ``key=``) are forwarded and
-    never written."""
+    never written. A last turn whose answer never ended (a fault, the client leaving
+    mid-answer) is left out (`whole_turns`); a session with no whole turn is not
+    written."""
 
     def __init__(
         self, state: ChaosState, protocol: SessionProtocol, path: str, query: dict[str, str]
@@ -163,7 +165,7 @@ class _Recorder:
             self.events.append((source, ms, text))
 
     async def write(self) -> None:
-        from chaosllm.store.sessions import dumps, session_from_events
+        from chaosllm.store.sessions import dumps, session_from_events, whole_turns
 
         state = self.state
         if state.writer is None or state.upstream is None or not self.relayed:
@@ -173,12 +175,13 @@ class _Recorder:
             self.protocol,
             self.path,
             self.protocol.model_of(self.query),
-            self.events,
+            whole_turns(self.protocol, self.events),
             state.redactor.body,
             upstream=state.upstream.display,
             no_audio=state.config.no_audio,
         )
-        if recording is None:
+        if recording is None or not recording.turns:
+            logger.info("session not recorded: it has no turn answered whole")
             return
         scenario = state.recording_scenario(None)
         path = await anyio.to_thread.run_sync(state.writer.write_text, dumps(recording), scenario)

@@ -381,3 +381,26 @@ def test_faults_on_a_proxied_session_under_the_other_servers(
         assert got[:1] == TEXT_ANSWER[:1] and len(got) == 2 and got[-1].rcvd is None
         [again] = raw_session(proxy, QUESTION)  # and the proxy goes on serving
         assert again[-1] == "response.done"
+
+
+def test_a_turn_a_fault_cut_is_not_recorded(tmp_path: Path) -> None:
+    # The upstream answers at the recorded pace (events 20 ms apart): the fault ends the
+    # client's session long before the upstream's answer would have ended.
+    with (
+        ChaosServer(timing="recorded") as paced,
+        ChaosServer(mode="record", upstream=paced.url, record_dir=tmp_path) as proxy,
+    ):
+        proxy.arm({"type": "ws_drop", "after_events": 1, "match": {"turn": 2}})
+        first, second = raw_session(proxy, QUESTION, QUESTION)
+        assert first[-1] == "response.done" and isinstance(second[-1], ConnectionClosed)
+        proxy.arm({"type": "ws_close", "after_events": 1})
+        [cut] = raw_session(proxy, QUESTION)  # a session whose only turn is cut
+        assert isinstance(cut[-1], ConnectionClosed)
+    [written] = tmp_path.rglob("*.json")  # the first session's; the second has no whole turn
+    events = json.loads(written.read_text("utf-8"))["session"]["events"]
+    sent = [e["event"]["type"] for e in events if e["from"] == "client"]
+    assert sent == ["conversation.item.create", "response.create"]  # turn 2 left out
+    assert "response.done" in [e["event"]["type"] for e in events]
+    with ChaosServer(recordings=tmp_path) as replay:
+        [again] = raw_session(replay, QUESTION)
+        assert again == first
