@@ -491,13 +491,20 @@ def _parser() -> argparse.ArgumentParser:
         "probe",
         help="run a client program once per fault: a resilience matrix",
         description="Run CMD once without faults, then once per fault (on its first JSON "
-        "request and on its first streaming request), each against a fresh "
+        "request and on its first streaming request; with --variants session, on "
+        "its WebSocket session turns, the server serving TLS that CMD trusts "
+        "through SSL_CERT_FILE), each against a fresh "
         "server with OPENAI_BASE_URL set, and classify each run: recovered, "
         "failed cleanly, hung, wrong answer, not fired.",
     )
     probe.add_argument("--types", metavar="T1,T2", help="fault types (default: all)")
     probe.add_argument("--profile", metavar="NAME|FILE", help="the faults of a profile")
-    probe.add_argument("--variants", default="json,stream", metavar="json,stream")
+    probe.add_argument(
+        "--variants",
+        default="json,stream",
+        metavar="json,stream",
+        help="json, stream (the default), session (live clients: the session faults)",
+    )
     probe.add_argument(
         "--timeout",
         type=float,
@@ -1037,10 +1044,14 @@ def _ls(args: argparse.Namespace) -> int:
         if problem:
             print(f"chaosllm: error: {problem.replace('--recordings ', '')}", file=sys.stderr)
             return 2
-    if args.provider is not None and args.provider not in PROVIDERS:
+    from chaosllm.providers.sessions import SESSION_PROTOCOLS
+    from chaosllm.store.sessions import SessionStore
+
+    known = [*PROVIDERS, *SESSION_PROTOCOLS]
+    if args.provider is not None and args.provider not in known:
         print(
             f"chaosllm: error: unknown provider {args.provider!r}"
-            f"{did_you_mean(args.provider, PROVIDERS)}; providers: {', '.join(PROVIDERS)}",
+            f"{did_you_mean(args.provider, known)}; providers: {', '.join(known)}",
             file=sys.stderr,
         )
         return 2
@@ -1050,8 +1061,32 @@ def _ls(args: argparse.Namespace) -> int:
         for item, exchange in zip(store.summary(), store.exchanges, strict=True)
         if args.provider is None or item["provider"] == args.provider
     ]
+    sessions_store = SessionStore([Path(d) for d in dirs])
+    sessions = [
+        {
+            "name": r.name,
+            "provider": r.provider,
+            "model": r.model,
+            "path": r.path,
+            "turns": len(r.turns),
+            "events": len(r.events),
+            "source": r.source,
+        }
+        for r in sessions_store.recordings
+        if args.provider is None or r.provider == args.provider
+    ]
+    errors = [*store.errors, *sessions_store.errors]
     if args.json:
-        print(json.dumps({"recordings": summary, "errors": store.error_summary()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "recordings": summary,
+                    "sessions": sessions,
+                    "errors": [*store.error_summary(), *(str(e) for e in sessions_store.errors)],
+                },
+                indent=2,
+            )
+        )
     else:
         for item in summary:
             kind = "stream" if item["stream"] else "json"
@@ -1062,11 +1097,18 @@ def _ls(args: argparse.Namespace) -> int:
                 f"{item['name']:<26} {item['provider']:<24} {item['model']!s:<26} {kind:<6} "
                 f"{item['status']}  {asked if question else '-'}{described}"
             )
+        for session in sessions:
+            turns = f"{session['turns']} turn" + ("" if session["turns"] == 1 else "s")
+            print(
+                f"{session['name']:<26} {session['provider']:<24} {session['model']!s:<26} "
+                f"{'session':<6} {turns}, {session['events']} events"
+            )
         which = f" of provider {args.provider}" if args.provider else ""
-        print(f"{len(summary)} recordings{which} in {', '.join(map(str, dirs))}")
-        for error in store.errors:
+        also = f" and {len(sessions)} session recordings" if sessions else ""
+        print(f"{len(summary)} recordings{also}{which} in {', '.join(map(str, dirs))}")
+        for error in errors:
             print(f"error: {error}", file=sys.stderr)
-    return 1 if store.errors else 0
+    return 1 if errors else 0
 
 
 def _question(exchange: Any) -> str:

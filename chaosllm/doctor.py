@@ -101,6 +101,8 @@ class Report:
     dirs: list[str]
     files: int = 0
     recordings: int = 0
+    sessions: int = 0
+    """Session recordings (WebSocket) among the files."""
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -119,6 +121,7 @@ class Report:
             "dirs": self.dirs,
             "files": self.files,
             "recordings": self.recordings,
+            "sessions": self.sessions,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
             "problems": [p.to_json() for p in self.problems],
@@ -126,8 +129,9 @@ class Report:
 
     def render(self) -> str:
         lines = [f"{p.severity:<7} {p.path}: [{p.check}] {p.message}" for p in self.problems]
+        sessions = f", {self.sessions} session recordings" if self.sessions else ""
         lines.append(
-            f"doctor: {self.files} files, {self.recordings} recordings in "
+            f"doctor: {self.files} files, {self.recordings} recordings{sessions} in "
             f"{', '.join(self.dirs)}: {len(self.errors)} errors, "
             f"{len(self.warnings)} warnings"
         )
@@ -512,4 +516,29 @@ def diagnose(dirs: Sequence[Path]) -> Report:
         report.problems.extend(_trace_problems(steps))
     report.problems.extend(_model_clashes(runs))
     report.problems.extend(_key_problems(exchanges))
+    report.problems.extend(_session_problems(report, [Path(d) for d in dirs if Path(d).is_dir()]))
     return report
+
+
+def _session_problems(report: Report, dirs: Sequence[Path]) -> list[Problem]:
+    """The session recordings' (WebSocket): one that cannot be read as a session is an
+    error (the replay skips it); one with no turn (no client event that ends one)
+    answers nothing, a warning."""
+    from chaosllm.store.sessions import SessionStore
+
+    store = SessionStore(dirs)
+    report.sessions = len(store.recordings)
+    problems = [Problem("error", "bad_session", e.path, e.problem) for e in store.errors]
+    for recording in store.recordings:
+        if not recording.turns:
+            problems.append(
+                Problem(
+                    "warning",
+                    "session_without_turns",
+                    recording.source,
+                    f"no client event of this {recording.provider} session ends a turn "
+                    "(response.create, a turnComplete client content, a tool response): "
+                    "it answers nothing",
+                )
+            )
+    return problems

@@ -147,6 +147,10 @@ class FaultType:
     session: ws.SessionTransform | None = None
     """Its transformation of a WebSocket session's turn (`chaosllm.faults.session`); None:
     it never fires on a session."""
+    session_whole: bool = False
+    """Its session transformation needs the turn's whole answer (what it does depends on
+    the events to come): on a proxied session the turn is read to its end first, then
+    transformed; the others fire on the upstream's events as they arrive."""
     mcp: bool = False
     """An MCP fault: it fires on MCP requests (any server, or ``match.server``'s); any
     other type fires on an MCP request only when its ``match.server`` names the server."""
@@ -189,6 +193,8 @@ def _session(
     transform: ws.SessionTransform,
     simplicity: int,
     after: int,
+    *,
+    silence: str | None = None,
     **params: Param,
 ) -> FaultType:
     """A fault of WebSocket sessions only (`chaosllm.faults.session`)."""
@@ -200,6 +206,7 @@ def _session(
         on_request=ws.not_http,
         params={"after_events": _events(after), **params},
         simplicity=simplicity,
+        silence_param=silence,
     )
 
 
@@ -251,6 +258,7 @@ _SESSION_FAULTS = (
         ws.session_stall,
         55,
         2,
+        silence="max_ms",
         max_ms=Param(float, 30_000.0, "milliseconds of silence", 0, 3_600_000, draw=Draw.STALL_MS),
     ),
     _session(
@@ -321,6 +329,7 @@ CATALOGUE: tuple[FaultType, ...] = (
         transform=t.malformed_tool_args,
         live=lv.malformed_tool_args,
         session=ws.malformed_tool_args,
+        session_whole=True,
         applies=t.has_tool_arguments,
         simplicity=9,
     ),

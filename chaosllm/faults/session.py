@@ -32,6 +32,7 @@ __all__ = [
     "DROP",
     "ERROR_TYPES",
     "EVENT",
+    "RELAY",
     "STALL",
     "TEXT",
     "SessionTransform",
@@ -45,12 +46,16 @@ TEXT: Final = "text"
 CLOSE: Final = "close"
 DROP: Final = "drop"
 STALL: Final = "stall"
+RELAY: Final = "relay"
+"""Not a fault's: the turn has no recording and is relayed to the upstream from here on
+(record-missing)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     kind: str
-    """`EVENT` (a JSON event), `TEXT` (a raw text frame), `CLOSE`, `DROP`, `STALL`."""
+    """`EVENT` (a JSON event), `TEXT` (a raw text frame), `CLOSE`, `DROP`, `STALL`,
+    `RELAY`."""
     at_s: float = 0.0
     """Seconds after the turn ended (the replay's timing applied)."""
     event: dict[str, Any] | None = None

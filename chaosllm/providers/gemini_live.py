@@ -146,8 +146,25 @@ class GeminiLiveProtocol(SessionProtocol):
     def going_away(self, event: dict[str, Any]) -> bool:
         return "goAway" in event
 
+    def answer_starts(self, event: dict[str, Any]) -> bool:
+        return "serverContent" in event or "toolCall" in event
+
+    def answer_done(self, event: dict[str, Any]) -> bool:
+        """``turnComplete`` (or ``interrupted``), or a ``toolCall``: the model waits for
+        the tool response."""
+        content = event.get("serverContent")
+        if isinstance(content, dict):
+            return bool(content.get("turnComplete") or content.get("interrupted"))
+        return "toolCall" in event
+
     def resumption_event(self, handle: str) -> dict[str, Any]:
         return {"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}}
+
+    def offered_handle(self, event: dict[str, Any]) -> str | None:
+        update = event.get("sessionResumptionUpdate")
+        if not isinstance(update, dict) or not update.get("newHandle"):
+            return None
+        return str(update["newHandle"])
 
     def resumption_handle(self, setup: dict[str, Any]) -> str | bool | None:
         """The handle a ``setup`` resumes (False: it does not ask for resumption; None: it

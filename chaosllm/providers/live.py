@@ -87,6 +87,10 @@ class SessionProtocol:
         """The event offering a handle to resume the session from (None: no resumption)."""
         return None
 
+    def offered_handle(self, event: dict[str, Any]) -> str | None:
+        """The resumption handle a server event offers (None: it offers none)."""
+        return None
+
     def resumption_handle(self, setup: dict[str, Any]) -> str | bool | None:
         """The handle a setup resumes from (False: it asks for no handles)."""
         return False
@@ -126,6 +130,16 @@ class SessionProtocol:
 
     def going_away(self, event: dict[str, Any]) -> bool:
         """Whether a server event tells the client the session is ending."""
+        return False
+
+    def answer_starts(self, event: dict[str, Any]) -> bool:
+        """Whether a server event is the first of a turn's answer (not an acknowledgement
+        or a trailer): where a proxied session's relayed answer begins."""
+        return False
+
+    def answer_done(self, event: dict[str, Any]) -> bool:
+        """Whether a server event ends a turn's answer (what a broken turn's rest is
+        dropped up to, on a proxied session)."""
         return False
 
     def rate_limits_event(self, remaining: int) -> dict[str, Any] | None:

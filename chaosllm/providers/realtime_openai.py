@@ -181,6 +181,13 @@ class RealtimeProtocol(SessionProtocol):
             "session_expired",
         )
 
+    def answer_starts(self, event: dict[str, Any]) -> bool:
+        return event.get("type") == "response.created"
+
+    def answer_done(self, event: dict[str, Any]) -> bool:
+        """``response.done``, or an ``error`` (a response refused never gets one)."""
+        return event.get("type") in ("response.done", "error")
+
     def going_away(self, event: dict[str, Any]) -> bool:
         error = event.get("error")
         return isinstance(error, dict) and error.get("code") == "session_expired"

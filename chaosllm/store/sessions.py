@@ -43,6 +43,7 @@ __all__ = [
     "parse_session",
     "session_to_json",
     "turn_key",
+    "whole_turns",
 ]
 
 CLIENT = "client"
@@ -303,6 +304,39 @@ def session_from_events(
         },
     }
     return parse_session(data, source="", name="")
+
+
+def whole_turns(
+    protocol: SessionProtocol, events: Sequence[tuple[str, float, str]]
+) -> list[tuple[str, float, str]]:
+    """Relayed frames (source, ms, text) without a last turn whose answer never ended
+    (`SessionProtocol.answer_done`: a fault or the client ended the session mid-answer),
+    from that turn's first client event on: a recording never replays a cut answer as
+    the whole one."""
+    ends: list[int] = []
+    starts: list[int] = []
+    """Where each turn's client events begin (the session's `first_event` is none's)."""
+    done = True
+    for i, (source, _, text) in enumerate(events):
+        try:
+            event = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if source == CLIENT:
+            if protocol.first_event is not None and protocol.kind_of(event) == protocol.first_event:
+                continue
+            if len(starts) == len(ends):
+                starts.append(i)
+            if protocol.ends_turn(event):
+                ends.append(i)
+                done = False
+        elif protocol.answer_done(event):
+            done = True
+    if done or not ends:
+        return list(events)
+    return list(events[: starts[len(ends) - 1]])
 
 
 def dumps(recording: SessionRecording) -> str:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaosllm.core.verdict import findings
+from chaosllm.core.verdict import Tolerances
 from chaosllm.errors import BadBaseline, ChaosLLMError
 from chaosllm.faults.spec import FAULT_TYPES, parse_fault_spec
 from chaosllm.faults.transform import any_request, sse_stream
@@ -57,6 +57,8 @@ from chaosllm.server import ChaosServer
 from chaosllm.store.profiles import load_profile
 
 __all__ = [
+    "KNOWN_VARIANTS",
+    "SESSION",
     "BadBaseline",
     "BaselineFailed",
     "CellChange",
@@ -74,6 +76,13 @@ __all__ = [
 ]
 
 VARIANTS = ("json", "stream")
+"""The variants run by default: the fault armed on the first JSON request, or on the
+first streaming request."""
+SESSION = "session"
+"""The variant for live clients (OpenAI Realtime, Gemini Live): the fault armed on the
+program's WebSocket session turns; the server serves TLS (google-genai dials ``wss://``)
+and the program trusts it through ``SSL_CERT_FILE``."""
+KNOWN_VARIANTS = (*VARIANTS, SESSION)
 
 
 class Verdict(str, enum.Enum):
@@ -149,16 +158,23 @@ class ProbeReport:
 _MODEL_REQUESTS = (any_request, sse_stream)
 
 
-def default_faults(*, stall_ms: float, types: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """One fault of each of `types` (default: every catalogue type) with its default
-    parameters, except that a fault which leaves the client with nothing arriving (a
-    stall: `FaultType.silence_param`) lasts `stall_ms`, longer than the run's time limit:
-    a client without a timeout hangs."""
+def default_faults(
+    *, stall_ms: float, types: Sequence[str] | None = None, sessions: bool = False
+) -> list[dict[str, Any]]:
+    """One fault of each of `types` (default: every catalogue type of model requests;
+    with `sessions`, every type that fires on a WebSocket session's turns) with its
+    default parameters, except that a fault which leaves the client with nothing
+    arriving (a stall: `FaultType.silence_param`) lasts `stall_ms`, longer than the run's
+    time limit: a client without a timeout hangs."""
     faults: list[dict[str, Any]] = []
     # By default the faults of any model request (the catalogue's own request tests): a
     # session's, an MCP server's, a stored response's or a gateway's fire only there, so
-    # they are named (`types`), not run by default.
-    names = [n for n in FAULT_TYPES if FAULT_TYPES[n].on_request in _MODEL_REQUESTS]
+    # they are named (`types`), not run by default; the session variant's are a
+    # session's.
+    if sessions:
+        names = [n for n in FAULT_TYPES if FAULT_TYPES[n].session is not None]
+    else:
+        names = [n for n in FAULT_TYPES if FAULT_TYPES[n].on_request in _MODEL_REQUESTS]
     for name in names if types is None else types:
         spec: dict[str, Any] = {"type": name}
         silence = FAULT_TYPES[name].silence_param
@@ -180,8 +196,10 @@ def _run_once(
     with ChaosServer(**server_options) as server:
         if fault is not None:
             spec = dict(fault)
-            spec["match"] = {**(spec.get("match") or {}), "stream": variant == "stream"}
+            if variant != SESSION:  # a session's turns are its own
+                spec["match"] = {**(spec.get("match") or {}), "stream": variant == "stream"}
             server.arm(spec)
+        trust = {"SSL_CERT_FILE": str(server.certfile)} if server.certfile is not None else {}
         child_env = {
             **os.environ,
             **(env or {}),
@@ -202,6 +220,7 @@ def _run_once(
             "AWS_REGION": "us-east-1",
             "AWS_DEFAULT_REGION": "us-east-1",
             "PYTHONUNBUFFERED": "1",
+            **trust,
         }
         started = time.monotonic()
         proc = subprocess.Popen(
@@ -241,9 +260,9 @@ def _run_once(
 
 def _findings(server: ChaosServer) -> list[dict[str, Any]]:
     """The server's findings about the client's behaviour (all sessions, default
-    tolerances): `chaosllm.core.verdict.findings` over its journal and fault history."""
-    state = server.state
-    return [f.to_json() for f in findings(state.journal.entries(), state.board.history())]
+    tolerances): `chaosllm.core.verdict.findings` over its journal and fault history,
+    and its WebSocket sessions' (``reconnected_without_resumption``...)."""
+    return [f.to_json() for f in server.state.findings(None, Tolerances())]
 
 
 def _attempt(entry: Mapping[str, Any], started: float) -> dict[str, Any]:
@@ -294,19 +313,30 @@ def probe(
     env: dict[str, str] | None = None,
     progress: Callable[[ProbeRun], None] | None = None,
 ) -> ProbeReport:
-    """Run `command` without faults, then once per fault and variant; classify each run."""
+    """Run `command` without faults, then once per fault and variant; classify each run.
+    Without `faults` or `profile`, the json and stream variants run the faults of model
+    requests and the session variant the session faults (`default_faults`)."""
     if not command:
         raise ValueError("no command to probe")
-    bad = [v for v in variants if v not in VARIANTS]
+    bad = [v for v in variants if v not in KNOWN_VARIANTS]
     if bad or not variants:
-        raise ValueError(f"unknown variant {bad[0] if bad else None!r}; use json, stream")
+        raise ValueError(
+            f"unknown variant {bad[0] if bad else None!r}; use {', '.join(KNOWN_VARIANTS)}"
+        )
+    given: list[dict[str, Any]] | None = None
     if profile is not None:
-        specs = [s.to_json() for s in load_profile(profile).specs]
+        given = [s.to_json() for s in load_profile(profile).specs]
     elif faults is not None:
-        specs = [parse_fault_spec(dict(f)).to_json() for f in faults]
-    else:
-        specs = default_faults(stall_ms=timeout * 2000)
+        given = [parse_fault_spec(dict(f)).to_json() for f in faults]
+
+    def specs(variant: str) -> list[dict[str, Any]]:
+        if given is not None:
+            return given
+        return default_faults(stall_ms=timeout * 2000, sessions=variant == SESSION)
+
     options: dict[str, Any] = {"seed": seed}
+    if SESSION in variants:
+        options["tls"] = True
     if recordings:
         options["recordings"] = list(recordings)
     baseline = _run_once(command, None, None, timeout=timeout, server_options=options, env=env)
@@ -321,7 +351,9 @@ def probe(
             progress(run)
         return run
 
-    work = [(spec, variant) for spec in specs for variant in variants]
+    work = [(spec, variant) for variant in variants for spec in specs(variant)]
+    if given is not None:  # the faults' order, each in every variant
+        work = [(spec, variant) for spec in given for variant in variants]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         report.runs = list(pool.map(one, work))
     return report
@@ -330,7 +362,7 @@ def probe(
 def render_matrix(report: ProbeReport) -> str:
     """The matrix for a terminal: one row per fault, one column per variant."""
     matrix = report.matrix()
-    variants = [v for v in VARIANTS if any(v in row for row in matrix.values())]
+    variants = [v for v in KNOWN_VARIANTS if any(v in row for row in matrix.values())]
     width = max([len(k) for k in matrix] + [5])
     lines = [
         f"{'fault':<{width}}  " + "  ".join(f"{v:<15}" for v in variants),
@@ -580,6 +612,8 @@ def render_junit(report: ProbeReport) -> str:
 
 def _attempt_line(attempt: Mapping[str, Any]) -> str:
     kind = "stream" if attempt.get("stream") else "json"
+    if attempt.get("status") == 101:
+        kind = "session"  # a WebSocket session's turn
     return (
         f"#{attempt['seq']} +{attempt['at']:.3f}s {kind} status={attempt.get('status')} "
         f"fault={attempt.get('fault') or '-'} outcome={attempt.get('outcome')} "
@@ -658,7 +692,7 @@ def render_html(report: ProbeReport) -> str:
     its count of findings), then each run with a timeline of its attempts, its findings,
     and the program's output."""
     matrix = report.matrix()
-    variants = [v for v in VARIANTS if any(v in row for row in matrix.values())]
+    variants = [v for v in KNOWN_VARIANTS if any(v in row for row in matrix.values())]
     counts = {(r.label, r.variant): len(r.findings) for r in report.runs}
     rows = []
     for fault, row in matrix.items():

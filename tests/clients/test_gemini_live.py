@@ -254,3 +254,97 @@ def test_the_verdict_names_a_reconnect_without_resumption(fresh: ChaosServer) ->
     assert "reconnected_without_resumption" in names
     over_http = httpx.get(fresh.url + "/__verdict", timeout=10, verify=False).json()
     assert "reconnected_without_resumption" in [f["name"] for f in over_http["findings"]]
+
+
+async def _faulted_turn(server: ChaosServer) -> tuple[list[types.LiveServerMessage], Exception]:
+    """A text turn through google-genai's live client under a fault: the messages it
+    handed over, and what it raised (every fault here ends the turn in a raise)."""
+    client = server.live()
+    got: list[types.LiveServerMessage] = []
+    async with client.aio.live.connect(
+        model=MODEL, config={"response_modalities": ["TEXT"]}
+    ) as session:
+        await session.send_client_content(
+            turns=types.Content(
+                role="user", parts=[types.Part(text="What is the capital of France?")]
+            )
+        )
+        try:
+            with anyio.fail_after(10):
+                while True:
+                    got.append(await session._receive())
+        except Exception as exc:  # what the SDK raised is the finding
+            return got, exc
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(
+    ("fault", "raised", "says"),
+    [
+        ({"type": "ws_close", "code": 4000, "reason": "bye"}, errors.APIError, "4000"),
+        ({"type": "ws_close", "code": 1011}, errors.APIError, "1011"),
+        ({"type": "ws_drop"}, errors.APIError, "1006"),
+        ({"type": "session_stall", "max_ms": 300}, errors.APIError, "1006"),
+        ({"type": "malformed_event", "text": "{oops"}, ValueError, "Failed to parse response"),
+    ],
+)
+def test_what_google_genai_raises(
+    fresh: ChaosServer, fault: dict[str, Any], raised: type[Exception], says: str
+) -> None:
+    fresh.arm({**fault, "after_events": 1})
+    got, exc = anyio.run(_faulted_turn, fresh)
+    assert len(got) == 1 and got[0].server_content is not None
+    assert isinstance(exc, raised), repr(exc)
+    assert says in str(exc)
+
+
+@pytest.mark.parametrize("kind", ["session_error", "session_expired", "rate_limits_exhausted"])
+def test_the_realtime_only_faults_are_not_consumed_by_a_live_session(
+    fresh: ChaosServer, kind: str
+) -> None:
+    fresh.arm({"type": kind})
+
+    async def main() -> None:
+        client = fresh.live()
+        async with client.aio.live.connect(
+            model=MODEL, config={"response_modalities": ["TEXT"]}
+        ) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the capital of France?")]
+                )
+            )
+            [turn] = answers("gemini-live-text")
+            assert await received(session, len(turn)) == [parsed(m) for m in turn]
+
+    anyio.run(main)
+    assert fresh.state.board.armed() and not fresh.state.board.history()
+
+
+@pytest.mark.parametrize("version", ["v1alpha", "v1"])
+def test_the_other_api_versions_replay_too(fresh: ChaosServer, version: str) -> None:
+    from google import genai
+
+    assert fresh.certfile is not None
+    context = client_context(fresh.certfile)
+
+    async def main() -> None:
+        client = genai.Client(
+            api_key="chaosllm",
+            http_options=types.HttpOptions(
+                base_url=fresh.url, api_version=version, async_client_args={"ssl": context}
+            ),
+        )
+        config = types.LiveConnectConfig(response_modalities=[types.Modality.TEXT])
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_client_content(
+                turns=types.Content(
+                    role="user", parts=[types.Part(text="What is the capital of France?")]
+                )
+            )
+            [turn] = answers("gemini-live-text")
+            assert await received(session, len(turn)) == [parsed(m) for m in turn]
+
+    anyio.run(main)
+    [entry] = fresh.requests()
+    assert entry["path"] == PATH.replace("v1beta", version)

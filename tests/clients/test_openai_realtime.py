@@ -119,3 +119,24 @@ def test_a_miss_is_an_error_event_naming_the_nearest(server: ChaosServer) -> Non
 def test_the_fixture_gives_a_realtime_client(chaosllm: Any) -> None:
     with chaosllm.realtime().realtime.connect(model="gpt-realtime") as conn:
         assert conn.recv().type == "session.created"
+
+
+def test_the_azure_client_replays_a_session_at_openai_realtime(server: ChaosServer) -> None:
+    server.reset()
+    client = openai.AzureOpenAI(
+        azure_endpoint=server.url,
+        api_key="azure-test-key",
+        api_version="2025-04-01-preview",
+        websocket_base_url=server.url.replace("http://", "ws://") + "/openai",
+    )
+    [(sent, recorded)] = turns("realtime-text")
+    with client.realtime.connect(model="my-realtime-deployment") as conn:
+        assert conn.recv().type == "session.created"
+        for event in sent:
+            conn.send(event)  # type: ignore[arg-type]
+            if event["type"] in ACKED:
+                assert conn.recv().type == ACKED[event["type"]]
+        assert [json.loads(conn.recv_bytes()) for _ in recorded] == recorded
+    [turn] = server.requests()
+    assert turn["path"] == "/openai/realtime" and turn["model"] == "my-realtime-deployment"
+    server.reset()

@@ -105,6 +105,18 @@ def test_ws_drop_ends_tcp_without_a_close_frame(armed: ChaosServer) -> None:
     assert closed_with(got) is None  # no close frame: the TCP connection ended
 
 
+@pytest.mark.parametrize("kind", ["h11", "uvicorn"])
+def test_ws_drop_ends_tcp_without_a_close_frame_on_the_other_servers(kind: str) -> None:
+    with ChaosServer(server=kind) as other:
+        other.arm({"type": "ws_drop", "after_events": 2})
+        _, got = raw_turn(other)
+        assert got[:2] == ["response.created", "response.output_item.added"]
+        assert closed_with(got) is None  # no close frame: the TCP connection ended
+        # and the server goes on serving sessions
+        _, again = raw_turn(other)
+        assert again[-1] == "response.done"
+
+
 def test_session_error_arrives_mid_response(armed: ChaosServer) -> None:
     armed.arm({"type": "session_error", "error_type": "rate_limit_exceeded"})
     ws, got = raw_turn(armed)

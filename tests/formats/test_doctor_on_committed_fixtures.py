@@ -311,3 +311,28 @@ def test_comment_is_shown_by_ls_and_kept_by_import(
     with ChaosServer(out) as server, openai_client(server) as client:
         answer = client.chat.completions.create(**HASHED_ASK)
     assert answer.choices[0].message.content == "Here is a summary."
+
+
+def test_doctor_counts_session_recordings_and_reports_bad_ones(tmp_path: Path) -> None:
+    from tests.helpers import RECORDINGS
+
+    good = json.loads((RECORDINGS / "realtime-text/0001.json").read_text("utf-8"))
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good/0001.json").write_text(json.dumps(good), encoding="utf-8")
+    silent = {**good, "session": {**good["session"], "events": good["session"]["events"][:1]}}
+    (tmp_path / "silent").mkdir()
+    (tmp_path / "silent/0001.json").write_text(json.dumps(silent), encoding="utf-8")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad/0001.json").write_text(
+        json.dumps({**good, "provider": "openai.telepathy"}), encoding="utf-8"
+    )
+    report = diagnose([tmp_path])
+    assert report.sessions == 2 and report.recordings == 0
+    found = {(p.severity, p.check, Path(p.path).parent.name) for p in report.problems}
+    assert found == {
+        ("error", "bad_session", "bad"),
+        ("warning", "session_without_turns", "silent"),
+    }
+    assert "2 session recordings" in report.render()
+    shipped = diagnose([RECORDINGS])
+    assert shipped.sessions == 6 and shipped.ok(strict=True)

@@ -100,6 +100,18 @@ def test_ls_lists_recordings_and_fails_on_corrupt_files(tmp_path: Path) -> None:
     assert result.returncode == 1 and "not valid JSON" in result.stderr
 
 
+def test_ls_lists_session_recordings() -> None:
+    result = run("ls")
+    assert "realtime-tools/0001" in result.stdout and "session 2 turns" in result.stdout
+    assert "6 session recordings" in result.stdout
+    listing = json.loads(run("ls", "--json").stdout)
+    names = {s["name"] for s in listing["sessions"]}
+    assert {"realtime-text/0001", "gemini-live-tools/0001"} <= names
+    only = run("ls", "--provider", "openai.realtime")
+    assert only.returncode == 0 and "realtime-text/0001" in only.stdout
+    assert "gemini-live" not in only.stdout and "simple-chat" not in only.stdout
+
+
 def test_fault_commands_against_a_running_server() -> None:
     with ChaosServer() as server:
         env = {"CHAOSLLM_URL": server.url}

@@ -34,17 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from chaosllm.core.journal import Journal
+from chaosllm.core.live.relay import journal_turn, take_fault
 from chaosllm.core.live.verdict import MAX_LOGGED, SessionLog
-from chaosllm.core.report import Outcome
 from chaosllm.faults.board import FaultBoard, RequestInfo
-from chaosllm.faults.session import CLOSE, EVENT, TEXT, Step
-from chaosllm.faults.spec import FaultSpec
+from chaosllm.faults.session import CLOSE, EVENT, RELAY, Step
 from chaosllm.providers.live import SessionProtocol, TurnState
 from chaosllm.store.sessions import SessionRecording, SessionStore, turn_key
 
 __all__ = ["LiveHub", "LiveSession"]
 
 log = logging.getLogger("chaosllm")
+
+MAX_HISTORY = 100_000
+"""Client events a record-missing session keeps to relay (past them its misses are
+misses)."""
 
 MAX_HANDLES = 10_000
 """Resumption handles remembered (the oldest forgotten first)."""
@@ -62,7 +65,11 @@ class LiveHub:
         timing: float = 0.0,
         nearest_threshold: float = 0.9,
         journal: Journal | None = None,
+        relay_misses: bool = False,
     ) -> None:
+        self.relay_misses = relay_misses
+        """Record-missing: a turn with no recording is relayed to the upstream (a
+        `RELAY` step) instead of answered with a miss."""
         self.journal = journal
         """Where each session turn is journalled with the model requests, in order."""
         self.dirs = list(dirs)
@@ -148,7 +155,6 @@ class LiveSession:
         self.position = 0
         self.events_in = 0
         self.turns = 0
-        self.fired: list[FaultSpec] = []
         self.last_fault: dict[str, Any] | None = None
         self.started = protocol.first_event is None
         self.resumable = False
@@ -156,6 +162,9 @@ class LiveSession:
         self.resumed: str | None = None
         """The handle this session resumed from."""
         self.log = SessionLog(0, protocol.name, session)
+        self.history: list[str] | None = [] if hub.relay_misses else None
+        """Record-missing: the client events so far, which bring an upstream opened at
+        a turn with no recording to where the session is."""
 
     def open(self) -> tuple[Step, ...]:
         return tuple(
@@ -177,6 +186,8 @@ class LiveSession:
         problem = protocol.check(event)
         if problem is not None:
             return self._bad(problem)
+        if self.history is not None and len(self.history) < MAX_HISTORY:
+            self.history.append(text)
         if protocol.first_event is not None:
             first = protocol.kind_of(event) == protocol.first_event
             if first == self.started:
@@ -235,6 +246,10 @@ class LiveSession:
             self.position,
             threshold=hub.nearest_threshold,
         )
+        relay = self.history is not None and len(self.history) < MAX_HISTORY
+        if found is None and relay:
+            self.log.turns.append((digest, True))
+            return (Step(RELAY),)  # journalled by the relay (`Relay.begin`)
         if found is None:
             missed = self._miss(store, digest, text)
             self._journal(None, None, None, missed)
@@ -262,7 +277,6 @@ class LiveSession:
         return answered
 
     def _fault(self, steps: tuple[Step, ...]) -> tuple[Step, ...]:
-        protocol = self.protocol
         request = RequestInfo(
             path=self.path,
             model=self.model,
@@ -270,29 +284,8 @@ class LiveSession:
             stream=True,
             turn=self.turns,
         )
-        outcome: dict[str, tuple[Step, ...]] = {}
-
-        def applies(spec: FaultSpec) -> bool:
-            transform = spec.entry.session
-            if transform is None:
-                return False
-            after = transform(steps, spec, protocol)
-            if after is None:
-                return False
-            outcome["steps"] = after
-            return True
-
-        self.last_fault = None
-        fired = self.hub.board.take(request, applies)
-        if fired is None:
-            return steps
-        self.fired.append(fired.spec)
-        self.last_fault = {
-            **fired.spec.to_json(),
-            "id": fired.fault_id,
-            "params": fired.spec.effective_params(),
-        }
-        return outcome["steps"]
+        answered, self.last_fault = take_fault(self.hub.board, request, steps, self.protocol)
+        return answered
 
     def _journal(
         self,
@@ -304,39 +297,17 @@ class LiveSession:
         """One journal entry for the turn: with the model requests, in order (no digest:
         the HTTP verdicts, which follow a request's digest, leave it to the session
         verdicts)."""
-        journal = self.hub.journal
-        if journal is None:
-            return
-        end = next((s for s in steps if s.kind != EVENT), None)
-        error = next(
-            (
-                str(s.event["error"].get("message"))
-                for s in steps
-                if s.event is not None and isinstance(s.event.get("error"), dict)
-            ),
-            None,
-        )
-        if end is not None and end.kind == CLOSE and end.code == 1008:
-            error = end.reason
-        entry = journal.add(
+        journal_turn(
+            self.hub.journal,
             session=self.session,
-            method="GET",
             path=self.path,
             model=self.model,
-            stream=True,
-            digest=None,
-            status=101,
             recording=recording,
-            match=how,
+            how=how,
             miss=recording is None,
-            error=error,
             fault=fault,
-            ending="session" if end is None else end.kind,
-            frames=sum(1 for s in steps if s.kind in (EVENT, TEXT)),
+            steps=steps,
         )
-        # The turn's steps are decided here; the executor sends them (nothing to wait for).
-        entry.report.frames_sent = entry.record.frames or 0
-        entry.report.outcome = Outcome.COMPLETE
 
     def _miss(self, store: SessionStore, digest: str, text: str) -> tuple[Step, ...]:
         near = store.nearest(self.protocol, text)
