@@ -104,7 +104,9 @@ def _midstream(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext, name: str
     assert gateway.stream_error is not None
     message = spec.param("message") or MIDSTREAM
     if not _streaming(plan, ctx):
-        return _json(200 if name == "openrouter" else 400, gateway.error(502, message), plan)
+        if name == "openrouter":  # an upstream's failure, in a 200 (its errors page)
+            return _json(200, gateway.error(502, message), plan)
+        return _json(400, gateway.error(400, message), plan)  # the stream's object, as a 400
     kept = _cut(plan, ctx, spec.param("after_chunks"))
     chunk = _chunk(plan.pieces[0]) if plan.pieces else {}
     pieces = (*kept, _frame(gateway.stream_error(message, chunk)))

@@ -93,17 +93,25 @@ def test_openrouter_midstream_error_raises_api_error_while_iterating() -> None:
     assert broken.choices is None and broken.model_extra["error"]["code"] == 502
 
 
+VLLM_ERROR = {
+    "message": "Provider disconnected unexpectedly",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
+
+
 def test_vllm_stream_error_is_swallowed_by_the_sdk_a_silent_truncation() -> None:
     with ChaosServer(gateway="vllm") as server:
         server.arm({"type": "vllm_stream_error", "after_chunks": 2})
         chunks = ask(server, stream=True)
+        server.arm({"type": "vllm_stream_error"})
+        with pytest.raises(openai.BadRequestError) as info:
+            ask(server)  # a JSON request: the stream's error object, as the 400 it says
     assert text(chunks) == "The"  # no exception: the error object parsed as a chunk
-    assert chunks[-1].model_extra == {
-        "message": "Provider disconnected unexpectedly",
-        "type": "BadRequestError",
-        "param": None,
-        "code": 400,
-    }
+    assert chunks[-1].model_extra == VLLM_ERROR
+    assert info.value.status_code == 400
+    assert info.value.body == {"object": "error", **VLLM_ERROR}
 
 
 def test_reasoning_preamble_leads_with_reasoning_content_deltas() -> None:
