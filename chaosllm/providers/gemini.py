@@ -64,7 +64,7 @@ from chaosllm.providers.conversation import (
     _missing_system,
 )
 from chaosllm.providers.embeddings import embed
-from chaosllm.providers.equivalence import proto_json_names
+from chaosllm.providers.equivalence import proto_json_names, without_defaults
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -143,6 +143,11 @@ _OPAQUE_FIELDS: Final = frozenset(
 member names are data, never proto field names."""
 _MAP_FIELDS: Final = frozenset({"properties"})
 """Map fields: their keys are the caller's names (a schema's properties)."""
+
+_CALLING_DEFAULTS: Final[Mapping[str, JSON]] = MappingProxyType({"mode": "AUTO"})
+"""``FunctionCallingConfig.mode``: "If unspecified, the default value will be set to AUTO"."""
+_SYSTEM_DEFAULTS: Final[Mapping[str, JSON]] = MappingProxyType({"role": "user"})
+"""``systemInstruction.role``: one Content, whose role "can be left blank or unset"."""
 
 _SSE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"sse": True}))
 _ARRAY: tuple[str, Mapping[str, Any]] = ("json-array", MappingProxyType({"sse": False}))
@@ -362,6 +367,18 @@ def gemini_has_system_prompt(body: JSON) -> bool:
 GEMINI_CHECKS = ConversationChecks(validate_gemini_conversation, gemini_has_system_prompt)
 
 
+def _tool_config(config: JSON) -> JSON:
+    """A toolConfig with its functionCallingConfig `without_defaults`, and a config left
+    empty by it as none (the default tool configuration)."""
+    if not (isinstance(config, dict) and isinstance(config.get("functionCallingConfig"), dict)):
+        return config
+    calling = without_defaults(config["functionCallingConfig"], _CALLING_DEFAULTS)
+    folded = {k: v for k, v in config.items() if k != "functionCallingConfig"}
+    if calling:
+        folded["functionCallingConfig"] = calling
+    return folded or None
+
+
 class GeminiCodec(Codec):
     """`Gemini`'s codec: its requests' canonical form, its answers' framing."""
 
@@ -435,9 +452,15 @@ class GeminiCodec(Codec):
     def equivalent(self, written: Any) -> Any:
         """Every field named in proto3 JSON's lowerCamelCase (the API reads
         ``parameters_json_schema`` as ``parametersJsonSchema``), the caller's data
-        (arguments, schemas, property names) as it is."""
+        (arguments, schemas, property names) as it is; ``systemInstruction`` without
+        ``role: "user"``; ``functionCallingConfig.mode: "AUTO"`` (the default) as no
+        mode, and a toolConfig left empty as none."""
         named: dict[str, Any] = proto_json_names(written, _OPAQUE_FIELDS, _MAP_FIELDS)
-        return named
+        return {
+            **named,
+            "systemInstruction": without_defaults(named["systemInstruction"], _SYSTEM_DEFAULTS),
+            "toolConfig": _tool_config(named["toolConfig"]),
+        }
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """``alt=sse``: SSE events; without: a streamed JSON array."""

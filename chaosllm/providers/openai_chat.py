@@ -41,7 +41,7 @@ from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import CHAT_CHECKS
-from chaosllm.providers.equivalence import text_contents
+from chaosllm.providers.equivalence import function_defaults, text_contents
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import FaultHooks
 from chaosllm.providers.openai_common import (
@@ -76,6 +76,9 @@ REASONING_KEYS = ("reasoning_content", "reasoning")
 _TYPED_FIELDS = typed_fields(
     stream=bool, tools=list, stream_options=dict, response_format=dict, n=int
 )
+
+_FUNCTION_DEFAULTS: Mapping[str, JSON] = MappingProxyType({"strict": False})
+"""A function tool's members at their documented default (``strict``: "Defaults to false")."""
 
 _WITH_USAGE: tuple[str, Mapping[str, Any]] = (
     "sse+usage",
@@ -222,12 +225,14 @@ class OpenAIChatCodec(Codec):
 
     def equivalent(self, written: Any) -> Any:
         """A message's content as one text part is its string; ``tool_choice`` at its
-        default (``auto`` with tools, ``none`` without) is no tool_choice."""
+        default (``auto`` with tools, ``none`` without) is no tool_choice; a function's
+        ``strict: false`` (the default) is no ``strict``."""
         messages = text_contents(written["messages"])
         choice = written["tool_choice"]
         if choice == ("auto" if written["tools"] else "none"):
             choice = None
-        return {**written, "messages": messages, "tool_choice": choice}
+        tools = function_defaults(written["tools"], _FUNCTION_DEFAULTS)
+        return {**written, "messages": messages, "tools": tools, "tool_choice": choice}
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""
