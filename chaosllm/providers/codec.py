@@ -127,6 +127,19 @@ class Codec(abc.ABC):
         recording is keyed by `digest`, so no file needs rewriting)."""
         return sha256_digest(self.written(body))
 
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """`written` as earlier releases folded it, one form for each set of rules since
+        replaced by a larger one (none by default): a file recorded then stores the digest
+        of one of them, or of `written` itself (`earlier_digests`)."""
+        return ()
+
+    def earlier_digests(self, body: JSON) -> frozenset[str]:
+        """The digests a file recorded by an earlier release may store for `body` (its
+        request as written, and as each earlier set of rules folded it): `chaosllm doctor`
+        accepts them, and the recording is keyed by `digest`, so no file needs rewriting."""
+        written = self.written(body)
+        return frozenset(sha256_digest(form) for form in (written, *self.earlier_forms(written)))
+
     def match_text(self, body: JSON) -> str:
         """The text nearest matching compares (before normalisation)."""
         return canonical_json(self.canonical(body))

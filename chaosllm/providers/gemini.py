@@ -449,18 +449,25 @@ class GeminiCodec(Codec):
             "cachedContent": body.get("cachedContent"),
         }
 
-    def equivalent(self, written: Any) -> Any:
+    def equivalent(self, written: Any, *, defaults: bool = True) -> Any:
         """Every field named in proto3 JSON's lowerCamelCase (the API reads
         ``parameters_json_schema`` as ``parametersJsonSchema``), the caller's data
         (arguments, schemas, property names) as it is; ``systemInstruction`` without
         ``role: "user"``; ``functionCallingConfig.mode: "AUTO"`` (the default) as no
         mode, and a toolConfig left empty as none."""
         named: dict[str, Any] = proto_json_names(written, _OPAQUE_FIELDS, _MAP_FIELDS)
+        if not defaults:
+            return named
         return {
             **named,
             "systemInstruction": without_defaults(named["systemInstruction"], _SYSTEM_DEFAULTS),
             "toolConfig": _tool_config(named["toolConfig"]),
         }
+
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """Before the calling mode ``AUTO`` and the system instruction's ``user`` role
+        were defaults."""
+        return (self.equivalent(written, defaults=False),)
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """``alt=sse``: SSE events; without: a streamed JSON array."""

@@ -223,7 +223,7 @@ class OpenAIChatCodec(Codec):
             "response_format": body.get("response_format"),
         }
 
-    def equivalent(self, written: Any) -> Any:
+    def equivalent(self, written: Any, *, defaults: bool = True) -> Any:
         """A message's content as one text part is its string; ``tool_choice`` at its
         default (``auto`` with tools, ``none`` without) is no tool_choice; a function's
         ``strict: false`` (the default) is no ``strict``."""
@@ -231,8 +231,14 @@ class OpenAIChatCodec(Codec):
         choice = written["tool_choice"]
         if choice == ("auto" if written["tools"] else "none"):
             choice = None
-        tools = function_defaults(written["tools"], _FUNCTION_DEFAULTS)
+        tools = written["tools"]
+        if defaults:
+            tools = function_defaults(tools, _FUNCTION_DEFAULTS)
         return {**written, "messages": messages, "tools": tools, "tool_choice": choice}
+
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """Before a function's ``strict: false`` was its default."""
+        return (self.equivalent(written, defaults=False),)
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""
