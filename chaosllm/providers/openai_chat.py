@@ -176,6 +176,19 @@ def _with_refusal(answer: dict[str, Any]) -> dict[str, Any]:
     return served
 
 
+def _no_text_beside_calls(message: JSON) -> JSON:
+    """An assistant message with tool calls and an empty (or no) content, with ``content:
+    null``: the content is "required unless tool_calls ... is specified"."""
+    if (
+        isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and message.get("tool_calls")
+        and message.get("content", None) in ("", [], None)
+    ):
+        return {**message, "content": None}
+    return message
+
+
 class OpenAIChatCodec(Codec):
     """`OpenAIChat`'s codec: its requests' canonical form, its answers' framing."""
 
@@ -226,7 +239,8 @@ class OpenAIChatCodec(Codec):
     def equivalent(self, written: Any, *, defaults: bool = True) -> Any:
         """A message's content as one text part is its string; ``tool_choice`` at its
         default (``auto`` with tools, ``none`` without) is no tool_choice; a function's
-        ``strict: false`` (the default) is no ``strict``."""
+        ``strict: false`` (the default) is no ``strict``; an assistant message with tool
+        calls and no text (``""``, ``[]`` or no content) has ``content: null``."""
         messages = text_contents(written["messages"])
         choice = written["tool_choice"]
         if choice == ("auto" if written["tools"] else "none"):
@@ -234,10 +248,12 @@ class OpenAIChatCodec(Codec):
         tools = written["tools"]
         if defaults:
             tools = function_defaults(tools, _FUNCTION_DEFAULTS)
+            messages = [_no_text_beside_calls(m) for m in messages]
         return {**written, "messages": messages, "tools": tools, "tool_choice": choice}
 
     def earlier_forms(self, written: Any) -> Sequence[Any]:
-        """Before a function's ``strict: false`` was its default."""
+        """Before a function's ``strict: false`` was its default, and an empty content
+        beside tool calls null."""
         return (self.equivalent(written, defaults=False),)
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:

@@ -136,6 +136,18 @@ def _chat_strict_false(b: dict[str, Any]) -> None:
         tool["function"]["strict"] = False
 
 
+def _chat_calls_empty_text(b: dict[str, Any]) -> None:
+    for m in b["messages"]:
+        if m.get("tool_calls"):
+            m["content"] = ""
+
+
+def _chat_calls_no_content(b: dict[str, Any]) -> None:
+    for m in b["messages"]:
+        if m.get("tool_calls"):
+            del m["content"]
+
+
 def _responses_reference(b: dict[str, Any]) -> None:
     b["input"] = [
         {"type": "item_reference", "id": i["id"]} if i.get("type") == "function_call" else i
@@ -157,6 +169,9 @@ EQUIVALENT: list[tuple[str, str, Edit, str]] = [
     ("tool-call/0001", "openai.chat", _chat_no_tool_choice, "chat tool_choice auto"),
     ("tool-call/0001", "openai.chat", _chat_strict_false, "chat function strict false"),
     ("parallel-tools/0002", "openai.chat", _chat_strict_false, "chat function strict false"),
+    ("tool-call/0002", "openai.chat", _chat_calls_empty_text, "chat calls with content ''"),
+    ("parallel-tools/0002", "openai.chat", _chat_calls_empty_text, "chat calls with content ''"),
+    ("tool-call/0002", "openai.chat", _chat_calls_no_content, "chat calls without content"),
     ("responses-simple/0001", "openai.responses", _responses_message, "input one user message"),
     ("responses-simple/0001", "openai.responses", _responses_input_text, "input_text part"),
     ("responses-tools/0001", "openai.responses", _responses_items_input_text, "input_text"),
@@ -230,6 +245,16 @@ def _system_role_model(b: dict[str, Any]) -> None:
     b["systemInstruction"]["role"] = "model"
 
 
+def _text_beside_calls(b: dict[str, Any]) -> None:
+    for m in b["messages"]:
+        if m.get("tool_calls"):
+            m["content"] = "Let me check."
+
+
+def _empty_text_alone(b: dict[str, Any]) -> None:
+    b["messages"][1]["content"] = ""
+
+
 def _other_reference(b: dict[str, Any]) -> None:
     for item in b["input"]:
         if item.get("type") == "function_call":
@@ -248,6 +273,8 @@ DIFFERENT: list[tuple[str, str, Edit]] = [
     ("responses-simple/0001", "openai.responses", _assistant_input_text),
     ("tool-call/0001", "openai.chat", _strict_true),
     ("responses-tools/0002", "openai.responses", _other_reference),
+    ("tool-call/0002", "openai.chat", _text_beside_calls),
+    ("simple-chat/0001", "openai.chat", _empty_text_alone),
     ("gemini-tools/0001", "gemini.generate_content", _calling_any),
     ("gemini-tools/0001", "gemini.generate_content", _calling_auto_named),
     ("gemini-stream/0001", "gemini.generate_content", _system_role_model),
