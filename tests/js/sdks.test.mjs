@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 
 import Anthropic from "@anthropic-ai/sdk";
-import OpenAI from "openai";
+import OpenAI, { AzureOpenAI } from "openai";
 
 import { recordings, startServer } from "./server.mjs";
 
@@ -113,6 +113,60 @@ describe("openai-node replays every openai.responses recording exactly", () => {
     });
     test(`${recording.name} through responses.stream().finalResponse()`, async () => {
       const final = await openai().responses.stream(body).finalResponse();
+      assert.deepEqual(said(final), expected);
+      const [entry] = (await server.requests()).slice(-1);
+      assert.equal(entry.match, "exact");
+    });
+  }
+});
+
+const azure = () =>
+  new AzureOpenAI({
+    endpoint: server.url,
+    apiKey: "azure-test",
+    apiVersion: "2024-10-21",
+    deployment: "gpt-4o-mini",
+    maxRetries: 0,
+  });
+
+describe("openai-node's AzureOpenAI replays every azure.chat and azure.responses recording", () => {
+  for (const recording of recordings("azure.chat")) {
+    const message = recording.response.body.choices[0].message;
+    const calls = (message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]);
+    test(`${recording.name} as JSON`, async () => {
+      const { data, response } = await azure()
+        .chat.completions.create(chatRequest(recording))
+        .withResponse();
+      assert.equal(response.headers.get("x-chaosllm-match"), "exact");
+      assert.ok(response.headers.get("apim-request-id"));
+      assert.equal(data.choices[0].message.content, message.content ?? null);
+      assert.deepEqual(
+        (data.choices[0].message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]),
+        calls,
+      );
+    });
+    test(`${recording.name} streamed`, async () => {
+      const stream = await azure().chat.completions.create({
+        ...chatRequest(recording),
+        stream: true,
+      });
+      let content = "";
+      for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? "";
+      assert.equal(content, message.content ?? "");
+      const [entry] = (await server.requests()).slice(-1);
+      assert.equal(entry.match, "exact");
+    });
+  }
+  for (const recording of recordings("azure.responses")) {
+    const { stream, ...body } = recording.request.body;
+    const expected = said(recording.response.body);
+    test(`${recording.name} as JSON`, async () => {
+      const { data, response } = await azure().responses.create(body).withResponse();
+      assert.equal(response.headers.get("x-chaosllm-match"), "exact");
+      assert.deepEqual(said(data), expected);
+    });
+    test(`${recording.name} streamed`, async () => {
+      const final = await azure().responses.stream(body).finalResponse();
       assert.deepEqual(said(final), expected);
       const [entry] = (await server.requests()).slice(-1);
       assert.equal(entry.match, "exact");
