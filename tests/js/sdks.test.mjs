@@ -357,4 +357,23 @@ describe("the main faults, as @anthropic-ai/sdk meets them", () => {
       .catch((e) => e);
     assert.ok(error instanceof Anthropic.AnthropicError && /terminated/.test(error.message));
   });
+  test("connection_reset mid-stream: AnthropicError terminated", async () => {
+    await server.arm({ type: "connection_reset", after_chunks: 2 });
+    const error = await anthropic()
+      .messages.stream(MESSAGES)
+      .finalMessage()
+      .catch((e) => e);
+    assert.ok(error instanceof Anthropic.AnthropicError && /terminated/.test(error.message));
+  });
+  test("stall after the head: the timeout covers the head only, held until max_ms", async () => {
+    await server.arm({ type: "stall", after_chunks: 1, max_ms: 1500 });
+    const started = Date.now();
+    const error = await anthropic({ timeout: 500 })
+      .messages.stream(MESSAGES)
+      .finalMessage()
+      .catch((e) => e);
+    const waited = Date.now() - started;
+    assert.ok(waited >= 1400, `waited ${waited} ms`);
+    assert.ok(error instanceof Anthropic.AnthropicError && /terminated/.test(error.message));
+  });
 });
