@@ -283,6 +283,7 @@ describe("the main faults, as openai-node's Responses API meets them", () => {
       .catch((e) => e);
     assert.ok(error instanceof OpenAI.RateLimitError);
     assert.equal(error.headers.get("retry-after"), "7");
+    assert.match(error.message, /try again in 7s/);
     assert.match(error.requestID, /^req_/);
   });
   test("error_in_200 in a stream: create yields the error event, numbered in sequence", async () => {
@@ -307,6 +308,14 @@ describe("the main faults, as openai-node's Responses API meets them", () => {
   });
   test("dropped_connection mid-stream: TypeError terminated", async () => {
     await server.arm({ type: "dropped_connection", after_chunks: 2 });
+    const events = await openai().responses.create({ ...RESPONSE, stream: true });
+    const error = await (async () => {
+      for await (const _ of events);
+    })().catch((e) => e);
+    assert.ok(error instanceof TypeError && /terminated/.test(error.message), String(error));
+  });
+  test("connection_reset mid-stream: TypeError terminated", async () => {
+    await server.arm({ type: "connection_reset", after_chunks: 2 });
     const events = await openai().responses.create({ ...RESPONSE, stream: true });
     const error = await (async () => {
       for await (const _ of events);
