@@ -18,6 +18,7 @@ from chaosllm.model import JSON
 __all__ = [
     "function_defaults",
     "one_text",
+    "proto_json_name",
     "proto_json_names",
     "text_contents",
     "without_defaults",
@@ -87,7 +88,9 @@ def function_defaults(tools: JSON, defaults: Mapping[str, JSON]) -> JSON:
 _SNAKE = re.compile(r"_([a-z0-9])")
 
 
-def _camel(name: str) -> str:
+def proto_json_name(name: str) -> str:
+    """A proto field name in proto3 JSON's lowerCamelCase (``system_instruction`` is
+    ``systemInstruction``); a name already in it as it is."""
     return _SNAKE.sub(lambda m: m.group(1).upper(), name) if "_" in name else name
 
 
@@ -100,7 +103,7 @@ def proto_json_names(value: Any, opaque: Collection[str], maps: Collection[str])
     if isinstance(value, dict):
         named: dict[str, Any] = {}
         for key, item in value.items():
-            name = _camel(key) if isinstance(key, str) else key
+            name = proto_json_name(key) if isinstance(key, str) else key
             if name in opaque:
                 named[name] = item
             elif name in maps and isinstance(item, dict):

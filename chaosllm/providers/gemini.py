@@ -64,7 +64,7 @@ from chaosllm.providers.conversation import (
     _missing_system,
 )
 from chaosllm.providers.embeddings import embed
-from chaosllm.providers.equivalence import proto_json_names, without_defaults
+from chaosllm.providers.equivalence import proto_json_name, proto_json_names, without_defaults
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -125,8 +125,9 @@ _PART_DATA = (
 )
 _BOUND = ("model", "stream", "alt")
 """What `bind` folds into a request: never part of what a client sends."""
-_STRUCTURED = ("responseMimeType", "responseSchema", "responseJsonSchema", "response_json_schema")
-"""The fields of generationConfig that decide the answer's shape (part of the digest)."""
+_STRUCTURED = frozenset({"responseMimeType", "responseSchema", "responseJsonSchema"})
+"""The fields of generationConfig that decide the answer's shape (part of the digest), by
+their proto3 JSON name (either spelling is read)."""
 
 _OPAQUE_FIELDS: Final = frozenset(
     {
@@ -367,6 +368,16 @@ def gemini_has_system_prompt(body: JSON) -> bool:
 GEMINI_CHECKS = ConversationChecks(validate_gemini_conversation, gemini_has_system_prompt)
 
 
+def _member(body: JSON, name: str) -> JSON:
+    """A request's top-level field by its lowerCamelCase `name`, or by its original proto
+    name (``system_instruction``): proto3 JSON parsers accept both."""
+    if not isinstance(body, dict):
+        return None
+    if name in body:
+        return body[name]
+    return next((v for k, v in body.items() if proto_json_name(k) == name), None)
+
+
 def _tool_config(config: JSON) -> JSON:
     """A toolConfig with its functionCallingConfig `without_defaults`, and a config left
     empty by it as none (the default tool configuration)."""
@@ -432,9 +443,11 @@ class GeminiCodec(Codec):
                 )
 
     def written(self, body: JSON) -> JSON:
-        config = body.get("generationConfig")
+        config = _member(body, "generationConfig")
         structured = (
-            {k: config[k] for k in _STRUCTURED if k in config} if isinstance(config, dict) else {}
+            {k: v for k, v in config.items() if proto_json_name(k) in _STRUCTURED}
+            if isinstance(config, dict)
+            else {}
         )
         return {
             "model": body.get("model"),
@@ -442,11 +455,11 @@ class GeminiCodec(Codec):
                 {k: v for k, v in c.items() if k in ("role", "parts")} if isinstance(c, dict) else c
                 for c in body.get("contents") or []
             ],
-            "systemInstruction": body.get("systemInstruction"),
+            "systemInstruction": _member(body, "systemInstruction"),
             "tools": body.get("tools"),
-            "toolConfig": body.get("toolConfig"),
+            "toolConfig": _member(body, "toolConfig"),
             "generationConfig": structured or None,
-            "cachedContent": body.get("cachedContent"),
+            "cachedContent": _member(body, "cachedContent"),
         }
 
     def equivalent(self, written: Any, *, defaults: bool = True) -> Any:

@@ -155,6 +155,11 @@ def _responses_reference(b: dict[str, Any]) -> None:
     ]
 
 
+def _gemini_snake_top(b: dict[str, Any]) -> None:
+    b["system_instruction"] = b.pop("systemInstruction")
+    b["generation_config"] = b.pop("generationConfig")
+
+
 def _gemini_system_no_role(b: dict[str, Any]) -> None:
     del b["systemInstruction"]["role"]
 
@@ -187,6 +192,7 @@ EQUIVALENT: list[tuple[str, str, Edit, str]] = [
     ("gemini-tools/0001", "gemini.generate_content", _gemini_camel, "camelCase names"),
     ("gemini-tools/0001", "gemini.generate_content", _gemini_snake, "snake_case names"),
     ("gemini-stream/0001", "gemini.generate_content", _gemini_system_no_role, "system role"),
+    ("gemini-stream/0001", "gemini.generate_content", _gemini_snake_top, "snake_case fields"),
     ("gemini-tools/0001", "gemini.generate_content", _gemini_calling_auto, "calling mode AUTO"),
     ("gemini-text/0001", "gemini.generate_content", _gemini_calling_auto, "calling mode AUTO"),
 ]
@@ -241,6 +247,10 @@ def _calling_auto_named(b: dict[str, Any]) -> None:
     }
 
 
+def _no_system(b: dict[str, Any]) -> None:
+    del b["systemInstruction"]
+
+
 def _system_role_model(b: dict[str, Any]) -> None:
     b["systemInstruction"]["role"] = "model"
 
@@ -278,6 +288,7 @@ DIFFERENT: list[tuple[str, str, Edit]] = [
     ("gemini-tools/0001", "gemini.generate_content", _calling_any),
     ("gemini-tools/0001", "gemini.generate_content", _calling_auto_named),
     ("gemini-stream/0001", "gemini.generate_content", _system_role_model),
+    ("gemini-stream/0001", "gemini.generate_content", _no_system),
 ]
 
 
