@@ -1,5 +1,5 @@
 """Requests the providers document as the same reach the same recording exactly, in
-memory: each rule of ``docs/matching.md`` tried pairwise (the recorded form and the
+memory: each rule of ``docs/background/matching.md`` tried pairwise (the recorded form and the
 other one), forms that are not the same still apart, the folding idempotent on every
 shipped request, and recordings written before the folding (their stored digest the
 digest of their request as written) loaded, keyed by the folded digest, matched exactly
