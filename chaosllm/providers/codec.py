@@ -10,7 +10,8 @@ requests and writes answers, what replay needs when nothing fails:
   documents as equivalent folded into one by `equivalent`; the digest, `match_text`
   and `turn_text` of nearest matching derive from it; `earlier_forms` and
   `earlier_digests`, what files recorded under earlier rules store), `wants_stream`,
-  `model_of`, `thread`, and its conversation checks (`conversation`, the request-validator oracle's);
+  `model_of`, `thread`, and its conversation checks (`conversation`, the
+  request-validator oracle's);
 - an answer: a recorded answer is served as JSON, as its recorded frames (gaps scaled
   by ``timing``, adapted to the request's `stream_variant` options by
   `_recorded_frames`), or as frames rendered from its body (`stream_frames`, with those

@@ -1,9 +1,10 @@
 """Requests the providers document as the same reach the same recording exactly, in
-memory: each rule of ``docs/background/matching.md`` tried pairwise (the recorded form and the
-other one), forms that are not the same still apart, the folding idempotent on every
-shipped request, and recordings written before the folding (their stored digest the
-digest of their request as written) loaded, keyed by the folded digest, matched exactly
-and passed by ``chaosllm doctor``, with no file rewritten."""
+memory: each rule of ``docs/background/matching.md`` tried pairwise (the recorded form
+and the other one), forms that are not the same still apart, the folding idempotent on
+every shipped request, and recordings written before the folding (their stored digest
+the digest of their request as written, or as earlier rules folded it) loaded, keyed by
+the folded digest, matched exactly and passed by ``chaosllm doctor``, with no file
+rewritten."""
 
 from __future__ import annotations
 
