@@ -245,10 +245,10 @@ def _exchange_problems(exchange: Exchange) -> list[Problem]:
         and exchange.stored_digest != exchange.digest
         and exchange.keyed_by != Keying.SEQUENCE  # a step's digest names it, keys nothing
         # Written before its protocol folded an equivalent form: its request's digest as
-        # written then, and keyed now by the folded one (the file needs no rewrite).
+        # written or folded then, and keyed now by the folded one (no rewrite needed).
         and not (
             exchange.keyed_by == Keying.REQUEST
-            and exchange.stored_digest == provider.codec.written_digest(exchange.request.body)
+            and exchange.stored_digest in provider.codec.earlier_digests(exchange.request.body)
         )
     ):
         if exchange.keyed_by == Keying.HASH_KEYED:

@@ -8,8 +8,10 @@ requests and writes answers, what replay needs when nothing fails:
 - a request: `validate` (what the real API refuses), `canonical` (what decides the
   answer: `written`, the fields that matter as sent, with the forms the provider
   documents as equivalent folded into one by `equivalent`; the digest, `match_text`
-  and `turn_text` of nearest matching derive from it), `wants_stream`, `model_of`,
-  `thread`, and its conversation checks (`conversation`, the request-validator oracle's);
+  and `turn_text` of nearest matching derive from it; `earlier_forms` and
+  `earlier_digests`, what files recorded under earlier rules store), `wants_stream`,
+  `model_of`, `thread`, and its conversation checks (`conversation`, the
+  request-validator oracle's);
 - an answer: a recorded answer is served as JSON, as its recorded frames (gaps scaled
   by ``timing``, adapted to the request's `stream_variant` options by
   `_recorded_frames`), or as frames rendered from its body (`stream_frames`, with those
@@ -23,7 +25,8 @@ requests and writes answers, what replay needs when nothing fails:
 - fresh ids (`fresh_ids`, `recorded_ids`: `chaosllm.providers.ids`), the model list,
   the `--on-miss fallback` answer.
 
-A protocol writes `validate`, `written` (and `equivalent`, its folding rules),
+A protocol writes `validate`, `written` (and `equivalent`, its folding rules, with
+`earlier_forms` once a rule is added),
 `is_answer`, `stream_frames`, `assemble`, `stream_complete` and `fallback`; the rest has
 defaults.
 """
@@ -109,7 +112,7 @@ class Codec(abc.ABC):
     def equivalent(self, written: Any) -> Any:
         """`written` with the forms the provider documents as the same folded into one
         (a string for a single text block, a documented default for its absence...):
-        the protocol's rules, each named with its source in ``docs/matching.md``.
+        the protocol's rules, each named with its source in ``docs/background/matching.md``.
         Itself by default (Bedrock, Ollama: no rule)."""
         return written
 
@@ -126,6 +129,19 @@ class Codec(abc.ABC):
         folded a form stores as its ``digest`` (`chaosllm doctor` accepts it; the
         recording is keyed by `digest`, so no file needs rewriting)."""
         return sha256_digest(self.written(body))
+
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """`written` as earlier releases folded it, one form for each set of rules since
+        replaced by a larger one (none by default): a file recorded then stores the digest
+        of one of them, or of `written` itself (`earlier_digests`)."""
+        return ()
+
+    def earlier_digests(self, body: JSON) -> frozenset[str]:
+        """The digests a file recorded by an earlier release may store for `body` (its
+        request as written, and as each earlier set of rules folded it): `chaosllm doctor`
+        accepts them, and the recording is keyed by `digest`, so no file needs rewriting."""
+        written = self.written(body)
+        return frozenset(sha256_digest(form) for form in (written, *self.earlier_forms(written)))
 
     def match_text(self, body: JSON) -> str:
         """The text nearest matching compares (before normalisation)."""

@@ -4,18 +4,26 @@ protocol's `Codec.equivalent` is made of. Pure.
 Each function folds one documented equivalence and leaves every other value as it is
 (idempotent: a folded value folds to itself), so a request already in the folded form
 keeps the digest it always had. The rules and their sources are listed in
-``docs/matching.md``.
+``docs/background/matching.md``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from chaosllm.model import JSON
 
-__all__ = ["one_text", "proto_json_names", "text_contents", "without_keys"]
+__all__ = [
+    "function_defaults",
+    "one_text",
+    "proto_json_name",
+    "proto_json_names",
+    "text_contents",
+    "without_defaults",
+    "without_keys",
+]
 
 _TEXT_PART_KEYS = frozenset({"type", "text"})
 _EMPTY_EXTRAS = ("annotations", "logprobs")
@@ -56,10 +64,33 @@ def without_keys(items: JSON, keys: Collection[str]) -> JSON:
     ]
 
 
+def without_defaults(value: JSON, defaults: Mapping[str, JSON]) -> JSON:
+    """An object without the members that hold their documented default (`defaults`:
+    name to default value); any other value as it is."""
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if k not in defaults or v != defaults[k]}
+
+
+def function_defaults(tools: JSON, defaults: Mapping[str, JSON]) -> JSON:
+    """Each ``{"type": "function", "function": {...}}`` tool of a list with its function
+    `without_defaults` (Chat Completions' tool shape); any other tool as it is."""
+    if not isinstance(tools, list):
+        return tools
+    return [
+        {**tool, "function": without_defaults(tool["function"], defaults)}
+        if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+        else tool
+        for tool in tools
+    ]
+
+
 _SNAKE = re.compile(r"_([a-z0-9])")
 
 
-def _camel(name: str) -> str:
+def proto_json_name(name: str) -> str:
+    """A proto field name in proto3 JSON's lowerCamelCase (``system_instruction`` is
+    ``systemInstruction``); a name already in it as it is."""
     return _SNAKE.sub(lambda m: m.group(1).upper(), name) if "_" in name else name
 
 
@@ -72,7 +103,7 @@ def proto_json_names(value: Any, opaque: Collection[str], maps: Collection[str])
     if isinstance(value, dict):
         named: dict[str, Any] = {}
         for key, item in value.items():
-            name = _camel(key) if isinstance(key, str) else key
+            name = proto_json_name(key) if isinstance(key, str) else key
             if name in opaque:
                 named[name] = item
             elif name in maps and isinstance(item, dict):

@@ -64,7 +64,7 @@ from chaosllm.providers.conversation import (
     _missing_system,
 )
 from chaosllm.providers.embeddings import embed
-from chaosllm.providers.equivalence import proto_json_names
+from chaosllm.providers.equivalence import proto_json_name, proto_json_names, without_defaults
 from chaosllm.providers.errors import Errors
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import ArgumentCuts, FaultHooks
@@ -125,8 +125,9 @@ _PART_DATA = (
 )
 _BOUND = ("model", "stream", "alt")
 """What `bind` folds into a request: never part of what a client sends."""
-_STRUCTURED = ("responseMimeType", "responseSchema", "responseJsonSchema", "response_json_schema")
-"""The fields of generationConfig that decide the answer's shape (part of the digest)."""
+_STRUCTURED = frozenset({"responseMimeType", "responseSchema", "responseJsonSchema"})
+"""The fields of generationConfig that decide the answer's shape (part of the digest), by
+their proto3 JSON name (either spelling is read)."""
 
 _OPAQUE_FIELDS: Final = frozenset(
     {
@@ -143,6 +144,11 @@ _OPAQUE_FIELDS: Final = frozenset(
 member names are data, never proto field names."""
 _MAP_FIELDS: Final = frozenset({"properties"})
 """Map fields: their keys are the caller's names (a schema's properties)."""
+
+_CALLING_DEFAULTS: Final[Mapping[str, JSON]] = MappingProxyType({"mode": "AUTO"})
+"""``FunctionCallingConfig.mode``: "If unspecified, the default value will be set to AUTO"."""
+_SYSTEM_DEFAULTS: Final[Mapping[str, JSON]] = MappingProxyType({"role": "user"})
+"""``systemInstruction.role``: one Content, whose role "can be left blank or unset"."""
 
 _SSE: tuple[str, Mapping[str, Any]] = ("sse", MappingProxyType({"sse": True}))
 _ARRAY: tuple[str, Mapping[str, Any]] = ("json-array", MappingProxyType({"sse": False}))
@@ -362,6 +368,28 @@ def gemini_has_system_prompt(body: JSON) -> bool:
 GEMINI_CHECKS = ConversationChecks(validate_gemini_conversation, gemini_has_system_prompt)
 
 
+def _member(body: JSON, name: str) -> JSON:
+    """A request's top-level field by its lowerCamelCase `name`, or by its original proto
+    name (``system_instruction``): proto3 JSON parsers accept both."""
+    if not isinstance(body, dict):
+        return None
+    if name in body:
+        return body[name]
+    return next((v for k, v in body.items() if proto_json_name(k) == name), None)
+
+
+def _tool_config(config: JSON) -> JSON:
+    """A toolConfig with its functionCallingConfig `without_defaults`, and a config left
+    empty by it as none (the default tool configuration)."""
+    if not (isinstance(config, dict) and isinstance(config.get("functionCallingConfig"), dict)):
+        return config
+    calling = without_defaults(config["functionCallingConfig"], _CALLING_DEFAULTS)
+    folded = {k: v for k, v in config.items() if k != "functionCallingConfig"}
+    if calling:
+        folded["functionCallingConfig"] = calling
+    return folded or None
+
+
 class GeminiCodec(Codec):
     """`Gemini`'s codec: its requests' canonical form, its answers' framing."""
 
@@ -415,9 +443,11 @@ class GeminiCodec(Codec):
                 )
 
     def written(self, body: JSON) -> JSON:
-        config = body.get("generationConfig")
+        config = _member(body, "generationConfig")
         structured = (
-            {k: config[k] for k in _STRUCTURED if k in config} if isinstance(config, dict) else {}
+            {k: v for k, v in config.items() if proto_json_name(k) in _STRUCTURED}
+            if isinstance(config, dict)
+            else {}
         )
         return {
             "model": body.get("model"),
@@ -425,19 +455,32 @@ class GeminiCodec(Codec):
                 {k: v for k, v in c.items() if k in ("role", "parts")} if isinstance(c, dict) else c
                 for c in body.get("contents") or []
             ],
-            "systemInstruction": body.get("systemInstruction"),
+            "systemInstruction": _member(body, "systemInstruction"),
             "tools": body.get("tools"),
-            "toolConfig": body.get("toolConfig"),
+            "toolConfig": _member(body, "toolConfig"),
             "generationConfig": structured or None,
-            "cachedContent": body.get("cachedContent"),
+            "cachedContent": _member(body, "cachedContent"),
         }
 
-    def equivalent(self, written: Any) -> Any:
+    def equivalent(self, written: Any, *, defaults: bool = True) -> Any:
         """Every field named in proto3 JSON's lowerCamelCase (the API reads
         ``parameters_json_schema`` as ``parametersJsonSchema``), the caller's data
-        (arguments, schemas, property names) as it is."""
+        (arguments, schemas, property names) as it is; ``systemInstruction`` without
+        ``role: "user"``; ``functionCallingConfig.mode: "AUTO"`` (the default) as no
+        mode, and a toolConfig left empty as none."""
         named: dict[str, Any] = proto_json_names(written, _OPAQUE_FIELDS, _MAP_FIELDS)
-        return named
+        if not defaults:
+            return named
+        return {
+            **named,
+            "systemInstruction": without_defaults(named["systemInstruction"], _SYSTEM_DEFAULTS),
+            "toolConfig": _tool_config(named["toolConfig"]),
+        }
+
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """Before the calling mode ``AUTO`` and the system instruction's ``user`` role
+        were defaults."""
+        return (self.equivalent(written, defaults=False),)
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """``alt=sse``: SSE events; without: a streamed JSON array."""

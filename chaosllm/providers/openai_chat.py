@@ -41,7 +41,7 @@ from chaosllm.providers import facts
 from chaosllm.providers.base import Parts, Provider
 from chaosllm.providers.codec import Codec
 from chaosllm.providers.conversation import CHAT_CHECKS
-from chaosllm.providers.equivalence import text_contents
+from chaosllm.providers.equivalence import function_defaults, text_contents
 from chaosllm.providers.failures import Failure
 from chaosllm.providers.faulthooks import FaultHooks
 from chaosllm.providers.openai_common import (
@@ -76,6 +76,9 @@ REASONING_KEYS = ("reasoning_content", "reasoning")
 _TYPED_FIELDS = typed_fields(
     stream=bool, tools=list, stream_options=dict, response_format=dict, n=int
 )
+
+_FUNCTION_DEFAULTS: Mapping[str, JSON] = MappingProxyType({"strict": False})
+"""A function tool's members at their documented default (``strict``: "Defaults to false")."""
 
 _WITH_USAGE: tuple[str, Mapping[str, Any]] = (
     "sse+usage",
@@ -173,6 +176,19 @@ def _with_refusal(answer: dict[str, Any]) -> dict[str, Any]:
     return served
 
 
+def _no_text_beside_calls(message: JSON) -> JSON:
+    """An assistant message with tool calls and an empty (or no) content, with ``content:
+    null``: the content is "required unless tool_calls ... is specified"."""
+    if (
+        isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and message.get("tool_calls")
+        and message.get("content", None) in ("", [], None)
+    ):
+        return {**message, "content": None}
+    return message
+
+
 class OpenAIChatCodec(Codec):
     """`OpenAIChat`'s codec: its requests' canonical form, its answers' framing."""
 
@@ -220,14 +236,25 @@ class OpenAIChatCodec(Codec):
             "response_format": body.get("response_format"),
         }
 
-    def equivalent(self, written: Any) -> Any:
+    def equivalent(self, written: Any, *, defaults: bool = True) -> Any:
         """A message's content as one text part is its string; ``tool_choice`` at its
-        default (``auto`` with tools, ``none`` without) is no tool_choice."""
+        default (``auto`` with tools, ``none`` without) is no tool_choice; a function's
+        ``strict: false`` (the default) is no ``strict``; an assistant message with tool
+        calls and no text (``""``, ``[]`` or no content) has ``content: null``."""
         messages = text_contents(written["messages"])
         choice = written["tool_choice"]
         if choice == ("auto" if written["tools"] else "none"):
             choice = None
-        return {**written, "messages": messages, "tool_choice": choice}
+        tools = written["tools"]
+        if defaults:
+            tools = function_defaults(tools, _FUNCTION_DEFAULTS)
+            messages = [_no_text_beside_calls(m) for m in messages]
+        return {**written, "messages": messages, "tools": tools, "tool_choice": choice}
+
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """Before a function's ``strict: false`` was its default, and an empty content
+        beside tool calls null."""
+        return (self.equivalent(written, defaults=False),)
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """With ``stream_options.include_usage`` the stream ends with the usage chunk."""

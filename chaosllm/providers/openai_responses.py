@@ -104,6 +104,14 @@ def _easy_message(item: JSON) -> JSON:
     return easy
 
 
+def _referenced(item: JSON) -> JSON:
+    """An item passed back with the id the API gave it, as the ``item_reference`` to that
+    id (see `OpenAIResponsesCodec.equivalent`); any other item as it is."""
+    if isinstance(item, dict) and isinstance(item.get("id"), str):
+        return {"type": "item_reference", "id": item["id"]}
+    return item
+
+
 def _is_user_text(item: JSON) -> bool:
     return (
         isinstance(item, dict)
@@ -177,18 +185,25 @@ class OpenAIResponsesCodec(Codec):
                 canonical[key] = body[key]
         return canonical
 
-    def equivalent(self, written: Any) -> Any:
+    def equivalent(self, written: Any, *, references: bool = True) -> Any:
         """An input message is the same with or without ``type: "message"``, its content
         as one ``input_text`` (``output_text``) part is its string, and an input of one
-        user message with a string is that string; ``tool_choice: "auto"`` is the
-        default."""
+        user message with a string is that string; an item passed back with its ``id``
+        is the ``item_reference`` to that id (the API resolves a reference to the item
+        it names); ``tool_choice: "auto"`` is the default."""
         items = written["input"]
         if isinstance(items, list):
             items = [_easy_message(item) for item in items]
+            if references:
+                items = [_referenced(item) for item in items]
             if len(items) == 1 and _is_user_text(items[0]):
                 items = items[0]["content"]
         choice = None if written["tool_choice"] == "auto" else written["tool_choice"]
         return {**written, "input": items, "tool_choice": choice}
+
+    def earlier_forms(self, written: Any) -> Sequence[Any]:
+        """Before an item passed back with its id was its reference."""
+        return (self.equivalent(written, references=False),)
 
     def thread(self, body: JSON) -> Any:
         """``previous_response_id`` and ``conversation`` (None when neither is set)."""

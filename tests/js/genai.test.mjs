@@ -68,7 +68,51 @@ describe("@google/genai replays every gemini recording exactly", () => {
 
 const TEXT = argumentsOf(recordings("gemini.generate_content").find((r) => r.name === "gemini-text/0001"));
 
+const STREAM = argumentsOf(
+  recordings("gemini.generate_content").find((r) => r.name === "gemini-stream/0001"),
+);
+
+/** The chunks of a stream and how it ended (an error, or none). */
+async function streamed(args, options = {}) {
+  const chunks = [];
+  const started = Date.now();
+  try {
+    const genai = new GoogleGenAI({
+      apiKey: "test",
+      httpOptions: { baseUrl: server.url, apiVersion: "v1", ...options },
+    });
+    for await (const chunk of await genai.models.generateContentStream(args)) chunks.push(chunk);
+  } catch (error) {
+    return { chunks, error, waited: Date.now() - started };
+  }
+  return { chunks, error: null, waited: Date.now() - started };
+}
+
 describe("the main faults, as @google/genai meets them", () => {
+  test("error_in_200 mid-stream: 1.30 yields the error as an empty chunk, no error", async () => {
+    await server.arm({ type: "error_in_200", after_chunks: 1 });
+    const { chunks, error } = await streamed(STREAM);
+    assert.equal(error, null);
+    assert.equal(chunks.length, 2);
+    assert.ok(chunks[0].text);
+    assert.equal(chunks[1].candidates, undefined);
+    assert.equal(chunks[1].text, undefined);
+    // What was sent: the google.rpc.Status in an SSE event, as the API sends it.
+    const [entry] = (await server.requests()).slice(-1);
+    assert.equal(entry.fault?.type ?? entry.fault, "error_in_200", JSON.stringify(entry.fault));
+  });
+  test("connection_reset mid-stream: TypeError terminated", async () => {
+    await server.arm({ type: "connection_reset", after_chunks: 1 });
+    const { error } = await streamed(STREAM);
+    assert.ok(error instanceof TypeError && /terminated/.test(error.message), String(error));
+  });
+  test("stall after the head: httpOptions.timeout covers the whole stream (AbortError)", async () => {
+    await server.arm({ type: "stall", after_chunks: 1, max_ms: 3000 });
+    const { chunks, error, waited } = await streamed(STREAM, { timeout: 500 });
+    assert.equal(chunks.length, 1);
+    assert.equal(error?.name, "AbortError", String(error));
+    assert.ok(waited >= 450 && waited < 2500, `waited ${waited} ms`);
+  });
   test("http_503: an ApiError 503 (no retry by default)", async () => {
     await server.arm({ type: "http_503", retry_after: 0.05 });
     const error = await client().models.generateContent(TEXT).catch((e) => e);

@@ -1,11 +1,11 @@
-// openai-node and @anthropic-ai/sdk against chaosllm: every shipped recording of their
-// protocol replayed by exact match (JSON and streamed, tools included), and the main
-// faults as each SDK meets them.
+// openai-node (Chat Completions and Responses) and @anthropic-ai/sdk against chaosllm:
+// every shipped recording of their protocols replayed by exact match (JSON and streamed,
+// tools included), and the main faults as each SDK meets them.
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 
 import Anthropic from "@anthropic-ai/sdk";
-import OpenAI from "openai";
+import OpenAI, { AzureOpenAI } from "openai";
 
 import { recordings, startServer } from "./server.mjs";
 
@@ -63,6 +63,111 @@ describe("openai-node replays every openai.chat recording exactly", () => {
         Object.values(calls),
         (message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]),
       );
+      const [entry] = (await server.requests()).slice(-1);
+      assert.equal(entry.match, "exact");
+    });
+  }
+});
+
+/** What a Responses answer says: its text and its function calls (`output_text` is the
+SDK's own, set by `create` only: read from the output items). */
+const said = (response) => ({
+  text: response.output
+    .filter((i) => i.type === "message")
+    .flatMap((i) => i.content.map((c) => c.text))
+    .join(""),
+  calls: response.output
+    .filter((i) => i.type === "function_call")
+    .map((i) => [i.name, i.arguments, i.call_id]),
+});
+
+describe("openai-node replays every openai.responses recording exactly", () => {
+  for (const recording of recordings("openai.responses")) {
+    const { stream, ...body } = recording.request.body;
+    const expected = said(recording.response.body);
+    test(`${recording.name} as JSON`, async () => {
+      const { data, response } = await openai().responses.create(body).withResponse();
+      assert.equal(response.headers.get("x-chaosllm-match"), "exact");
+      assert.match(data._request_id, /^req_[0-9a-f]{32}$/);
+      assert.deepEqual(said(data), expected);
+      assert.equal(data.output_text, expected.text);
+    });
+    test(`${recording.name} streamed (events, then the final response)`, async () => {
+      const events = await openai().responses.create({ ...body, stream: true });
+      let text = "";
+      const sequence = [];
+      let completed;
+      for await (const event of events) {
+        sequence.push(event.sequence_number);
+        if (event.type === "response.output_text.delta") text += event.delta;
+        if (event.type === "response.completed") completed = event.response;
+      }
+      assert.equal(text, expected.text);
+      assert.deepEqual(said(completed), expected);
+      assert.deepEqual(
+        sequence,
+        sequence.map((_, i) => i),
+      );
+      const [entry] = (await server.requests()).slice(-1);
+      assert.equal(entry.match, "exact");
+    });
+    test(`${recording.name} through responses.stream().finalResponse()`, async () => {
+      const final = await openai().responses.stream(body).finalResponse();
+      assert.deepEqual(said(final), expected);
+      const [entry] = (await server.requests()).slice(-1);
+      assert.equal(entry.match, "exact");
+    });
+  }
+});
+
+const azure = () =>
+  new AzureOpenAI({
+    endpoint: server.url,
+    apiKey: "azure-test",
+    apiVersion: "2024-10-21",
+    deployment: "gpt-4o-mini",
+    maxRetries: 0,
+  });
+
+describe("openai-node's AzureOpenAI replays every azure.chat and azure.responses recording", () => {
+  for (const recording of recordings("azure.chat")) {
+    const message = recording.response.body.choices[0].message;
+    const calls = (message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]);
+    test(`${recording.name} as JSON`, async () => {
+      const { data, response } = await azure()
+        .chat.completions.create(chatRequest(recording))
+        .withResponse();
+      assert.equal(response.headers.get("x-chaosllm-match"), "exact");
+      assert.ok(response.headers.get("apim-request-id"));
+      assert.equal(data.choices[0].message.content, message.content ?? null);
+      assert.deepEqual(
+        (data.choices[0].message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]),
+        calls,
+      );
+    });
+    test(`${recording.name} streamed`, async () => {
+      const stream = await azure().chat.completions.create({
+        ...chatRequest(recording),
+        stream: true,
+      });
+      let content = "";
+      for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? "";
+      assert.equal(content, message.content ?? "");
+      const [entry] = (await server.requests()).slice(-1);
+      assert.equal(entry.match, "exact");
+    });
+  }
+  for (const recording of recordings("azure.responses")) {
+    const { stream, ...body } = recording.request.body;
+    const expected = said(recording.response.body);
+    test(`${recording.name} as JSON`, async () => {
+      const { data, response } = await azure().responses.create(body).withResponse();
+      assert.equal(response.headers.get("x-chaosllm-match"), "exact");
+      assert.deepEqual(said(data), expected);
+    });
+    test(`${recording.name} streamed`, async () => {
+      const final = await azure().responses.stream(body).finalResponse();
+      assert.deepEqual(said(final), expected);
       const [entry] = (await server.requests()).slice(-1);
       assert.equal(entry.match, "exact");
     });
@@ -157,6 +262,78 @@ describe("the main faults, as openai-node meets them", () => {
   });
 });
 
+const RESPONSE = (({ stream, ...body }) => body)(
+  recordings("openai.responses").find((r) => r.name === "responses-streaming/0001").request.body,
+);
+
+describe("the main faults, as openai-node's Responses API meets them", () => {
+  test("http_503 is retried and recovers", async () => {
+    await server.arm({ type: "http_503", retry_after: 0.05 });
+    const reply = await openai({ maxRetries: 2 }).responses.create(RESPONSE);
+    assert.ok(reply.output_text);
+    assert.deepEqual(
+      (await server.requests()).map((r) => r.status),
+      [503, 200],
+    );
+  });
+  test("http_429 with retry_after: a RateLimitError saying its request id", async () => {
+    await server.arm({ type: "http_429", retry_after: 7 });
+    const error = await openai()
+      .responses.create(RESPONSE)
+      .catch((e) => e);
+    assert.ok(error instanceof OpenAI.RateLimitError);
+    assert.equal(error.headers.get("retry-after"), "7");
+    assert.match(error.message, /try again in 7s/);
+    assert.match(error.requestID, /^req_/);
+  });
+  test("error_in_200 in a stream: create yields the error event, numbered in sequence", async () => {
+    await server.arm({ type: "error_in_200", after_chunks: 2 });
+    const events = await openai().responses.create({ ...RESPONSE, stream: true });
+    const sequence = [];
+    for await (const event of events) sequence.push([event.type, event.sequence_number]);
+    assert.deepEqual(sequence, [
+      ["response.created", 0],
+      ["response.in_progress", 1],
+      ["error", 2],
+    ]);
+  });
+  test("error_in_200: responses.stream().finalResponse() rejects with the event itself", async () => {
+    await server.arm({ type: "error_in_200", after_chunks: 2 });
+    const error = await openai()
+      .responses.stream(RESPONSE)
+      .finalResponse()
+      .catch((e) => e);
+    assert.ok(!(error instanceof Error));
+    assert.deepEqual([error.type, error.code, error.sequence_number], ["error", "server_error", 2]);
+  });
+  test("dropped_connection mid-stream: TypeError terminated", async () => {
+    await server.arm({ type: "dropped_connection", after_chunks: 2 });
+    const events = await openai().responses.create({ ...RESPONSE, stream: true });
+    const error = await (async () => {
+      for await (const _ of events);
+    })().catch((e) => e);
+    assert.ok(error instanceof TypeError && /terminated/.test(error.message), String(error));
+  });
+  test("connection_reset mid-stream: TypeError terminated", async () => {
+    await server.arm({ type: "connection_reset", after_chunks: 2 });
+    const events = await openai().responses.create({ ...RESPONSE, stream: true });
+    const error = await (async () => {
+      for await (const _ of events);
+    })().catch((e) => e);
+    assert.ok(error instanceof TypeError && /terminated/.test(error.message), String(error));
+  });
+  test("stall after the head: held until max_ms, then TypeError terminated", async () => {
+    await server.arm({ type: "stall", after_chunks: 1, max_ms: 1500 });
+    const started = Date.now();
+    const events = await openai({ timeout: 500 }).responses.create({ ...RESPONSE, stream: true });
+    const error = await (async () => {
+      for await (const _ of events);
+    })().catch((e) => e);
+    assert.ok(Date.now() - started >= 1400);
+    assert.ok(error instanceof TypeError && /terminated/.test(error.message), String(error));
+  });
+});
+
 describe("the main faults, as @anthropic-ai/sdk meets them", () => {
   test("http_503 is retried and recovers", async () => {
     await server.arm({ type: "http_503", retry_after: 0.05 });
@@ -187,6 +364,25 @@ describe("the main faults, as @anthropic-ai/sdk meets them", () => {
       .messages.stream(MESSAGES)
       .finalMessage()
       .catch((e) => e);
+    assert.ok(error instanceof Anthropic.AnthropicError && /terminated/.test(error.message));
+  });
+  test("connection_reset mid-stream: AnthropicError terminated", async () => {
+    await server.arm({ type: "connection_reset", after_chunks: 2 });
+    const error = await anthropic()
+      .messages.stream(MESSAGES)
+      .finalMessage()
+      .catch((e) => e);
+    assert.ok(error instanceof Anthropic.AnthropicError && /terminated/.test(error.message));
+  });
+  test("stall after the head: the timeout covers the head only, held until max_ms", async () => {
+    await server.arm({ type: "stall", after_chunks: 1, max_ms: 1500 });
+    const started = Date.now();
+    const error = await anthropic({ timeout: 500 })
+      .messages.stream(MESSAGES)
+      .finalMessage()
+      .catch((e) => e);
+    const waited = Date.now() - started;
+    assert.ok(waited >= 1400, `waited ${waited} ms`);
     assert.ok(error instanceof Anthropic.AnthropicError && /terminated/.test(error.message));
   });
 });

@@ -13,6 +13,8 @@ export async function startServer() {
     cwd: ROOT,
     stdio: ["ignore", "pipe", "inherit"],
   });
+  // A test file that ends without `stop()` (a crash, a timeout) still stops its server.
+  process.on("exit", () => child.kill("SIGTERM"));
   const url = await new Promise((resolve, reject) => {
     let out = "";
     const timer = setTimeout(() => reject(new Error(`no URL from chaosllm: ${out}`)), 30000);
