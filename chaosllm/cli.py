@@ -266,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
         "--upstream",
         metavar="URL",
         help="the real provider, e.g. https://api.openai.com (needed by the "
-        "modes other than replay)",
+        "modes other than replay, unless --mcp-upstream names the only upstreams)",
     )
     serve.add_argument(
         "--mcp-upstream",
@@ -892,6 +892,7 @@ def _serve(args: argparse.Namespace) -> int:
             upstream=args.upstream,
             recordings=args.recordings,
             record_dir=args.record_dir,
+            servers=dict(args.mcp_upstream),
         )
     except ValueError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)

@@ -13,6 +13,11 @@ revision (2026-07-28, ``MCP-Protocol-Version`` naming it, or ``server/discover``
 sessions. Notifications and the client's responses are accepted (202, no body, nothing
 to record); ``ping`` is answered ``{}``; a method MCP does not define gets ``-32601``.
 
+A ``notifications/cancelled`` is honoured (`cancel`): the answer to the request it
+names, when still going (a stall of ``mcp_timeout``, a delay), is stopped and its
+connection closed (outcome ``cancelled``); the notification's journal entry says which
+(``cancels``: its seq).
+
 ``headers`` (`minted`): an ``initialize`` answer carries a fresh session id, drawn from
 the seed and the server's count of sessions (deterministic with ``--seed``).
 ``exchange`` (`changed_tools`): after ``tools_changed`` fired in a session, its
@@ -204,6 +209,9 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
     tool = tool_of(body)
     if tool is not None:
         request.fields["tool"] = tool
+    rpc = rpc_id(body)
+    if isinstance(rpc, (str, int)) and not isinstance(rpc, bool):
+        request.fields["rpc_id"] = rpc
     server = server_of(body) or ""
     problem = session_problem(engine, server, request.call.headers, method)
     if problem is not None:
@@ -211,6 +219,8 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
         request.fields["error"] = text
         return _answer(request, error_message(None, INVALID_REQUEST, text), status, "session")
     if not is_request(body):
+        if method == CANCELLED:
+            request.fields["cancels"] = cancel(engine, request)
         return _answer(request, None, 202, "accepted")
     if method == "ping":
         return _answer(request, {"jsonrpc": "2.0", "id": rpc_id(body), "result": {}})
@@ -218,6 +228,30 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
         text = f"Method not found: {method!r} is no MCP method."
         return _answer(request, error_message(None, METHOD_NOT_FOUND, text))
     return None
+
+
+CANCELLED: Final = "notifications/cancelled"
+
+CANCEL_WITHIN: Final = 256
+"""How many of the newest journal entries a cancellation looks through for its request."""
+
+
+def cancel(engine: Engine, request: Request) -> int:
+    """Honour a ``notifications/cancelled``: the answer to the request it names (the
+    newest of the session's requests to this server with that id, still being answered)
+    is stopped where it is (`PlanReport.stop`: a stall, a delay ends, the connection is
+    closed); the ``seq`` of that request (0: none in flight)."""
+    params = request.body.get("params")
+    wanted = params.get("requestId") if isinstance(params, dict) else None
+    if wanted is None:
+        return 0
+    call = request.call
+    entries = engine.journal.entries(call.session)[-CANCEL_WITHIN:]
+    for entry in reversed(entries):
+        record = entry.record
+        if record.path == call.path and record.rpc_id == wanted:
+            return entry.seq if entry.report.stop() else 0
+    return 0
 
 
 def minted(engine: Engine, request: Request) -> Headers:

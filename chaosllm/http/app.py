@@ -41,6 +41,7 @@ from chaosllm.http.web import (
 )
 from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS, Provider, provider_for_client
+from chaosllm.providers.base import ErrorKind
 from chaosllm.providers.embeddings import PATHS as EMBEDDINGS_PATHS
 from chaosllm.providers.embeddings import embeddings_response
 from chaosllm.store.redact import credential_values
@@ -76,7 +77,23 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
     decision = state.handle(call)
     if isinstance(decision, Reply):
         return PlanResponse(decision.plan, decision.entry.report)
+    if state.upstream_for(decision.call)[0] is None:
+        return _no_upstream(state, decision)
     return _proxy_call(state, decision, scope["headers"])
+
+
+def _no_upstream(state: ChaosState, proxy: Proxy) -> PlanResponse:
+    """A request to be proxied with no upstream to send it to (``--mcp-upstream`` alone
+    names the only ones): a 502 saying so, in the protocol's shape; nothing recorded."""
+    call = proxy.call
+    named = ", ".join(sorted(state.servers or {})) or "none"
+    message = (
+        f"chaosllm has no upstream for {call.method} {call.path}: --upstream was not given "
+        f"and --mcp-upstream names only these MCP servers: {named}."
+    )
+    plan = call.provider.render_error(502, message, kind=ErrorKind.SERVER_ERROR, code="no_upstream")
+    state.amend(proxy.entry, status=502, error=message, ending="complete")
+    return PlanResponse(plan.with_(headers=plan.headers + proxy.headers), proxy.entry.report)
 
 
 def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,33 @@ def test_bad_tool_output_on_a_raw_socket(server: ChaosServer) -> None:
     status, events = _call_with(server, {"type": "bad_tool_output"})
     hits = events[-1]["result"]["structuredContent"]["hits"]
     assert status == 200 and not isinstance(hits, int)
+
+
+def test_a_cancelled_mcp_timeout_ends_its_stream(server: ChaosServer) -> None:
+    """The client's ``notifications/cancelled`` stops the silent answer at once (not at
+    max_ms) and the journal says which request it cancelled."""
+    with_session = _session(server)
+    server.arm({"type": "mcp_timeout", "max_ms": 30_000, "match": {"tool": "search"}})
+    head = {
+        "host": f"127.0.0.1:{server.port}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "content-length": str(len(CALL)),
+        **with_session,
+    }
+    lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"POST /mcp/search HTTP/1.1\r\n{lines}\r\n".encode() + CALL)
+        status, _, _ = read_head(sock)
+        assert status == 200
+        started = time.monotonic()
+        note = rpc("notifications/cancelled", None, {"requestId": 7, "reason": "timeout"})
+        assert send(server, "POST", note, with_session)[0] == 202
+        rest = read_until_eof(sock)  # the stream is closed: no result ever came
+        waited = time.monotonic() - started
+    assert waited < 5 and b'"result"' not in rest
+    journal = server.requests()
+    call = next(e for e in journal if e["method"] == "tools/call")
+    cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
+    assert call["outcome"] == "cancelled" and call["rpc_id"] == 7
+    assert cancel["cancels"] == call["seq"]
