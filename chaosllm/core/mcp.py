@@ -60,7 +60,6 @@ from chaosllm.providers.mcp import (
     is_request,
     rpc_id,
     server_of,
-    tool_of,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +76,14 @@ class McpSession:
     server: str
     changed: str | None = None
     """``tools_changed`` fired: the tool its lists lose ("": the first one)."""
+    init: bytes = b""
+    """The client's ``initialize`` message (record-missing opens the upstream's session
+    with it when a request first needs the upstream)."""
+    upstream: str | None = None
+    """Record-missing: the upstream's ``Mcp-Session-Id`` this session's proxied requests
+    carry (None: none opened yet)."""
+    upstream_ready: bool = False
+    """Whether the upstream got ``notifications/initialized`` for `upstream`."""
 
 
 class McpSessions:
@@ -107,14 +114,14 @@ class McpSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def mint(self, server: str) -> str:
+    def mint(self, server: str, init: bytes = b"") -> str:
         with self._lock:
             number = self._counts[server] = self._counts.get(server, 0) + 1
             if len(self._counts) > self.max_sessions:
                 self._counts.pop(next(iter(self._counts)))
             digest = hashlib.sha256(f"{self.seed}:{server}:{number}".encode()).hexdigest()
             session_id = digest[:32]
-            self._sessions[session_id] = McpSession(server)
+            self._sessions[session_id] = McpSession(server, init=init)
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
             return session_id
@@ -205,13 +212,7 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
     request.keep = False  # sessions decide answers
     body = request.body
     method = body.get("method")
-    request.fields["method"] = method if isinstance(method, str) else "(response)"
-    tool = tool_of(body)
-    if tool is not None:
-        request.fields["tool"] = tool
-    rpc = rpc_id(body)
-    if isinstance(rpc, (str, int)) and not isinstance(rpc, bool):
-        request.fields["rpc_id"] = rpc
+    request.fields.update(request.call.provider.journal_fields(body))
     server = server_of(body) or ""
     problem = session_problem(engine, server, request.call.headers, method)
     if problem is not None:
@@ -258,7 +259,7 @@ def minted(engine: Engine, request: Request) -> Headers:
     """A fresh ``Mcp-Session-Id`` on an ``initialize`` answer (the sessions' revisions)."""
     if not _is_mcp(request) or request.body.get("method") != "initialize":
         return ()
-    session_id = sessions_of(engine).mint(server_of(request.body) or "")
+    session_id = sessions_of(engine).mint(server_of(request.body) or "", request.call.body)
     return (("mcp-session-id", session_id),)
 
 

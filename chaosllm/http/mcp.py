@@ -6,22 +6,134 @@ unknown or ended, as a POST) and opens an SSE stream that carries nothing chaosl
 initiates (server notifications ride on the answers to POSTs): it stays open until the
 client leaves, the session ends, or ``--mcp-stream-ms`` passes, then ends cleanly. A
 DELETE ends the session: 200, then every request with its id gets a 404.
+
+In record-missing mode the client's session is chaosllm's (what is recorded is replayed
+within it) and a request no recording answers goes to the upstream within an upstream
+session of its own (`forwarding`): a proxied ``initialize`` opens it (the client gets
+chaosllm's session id, the upstream's is kept), else the first request that needs the
+upstream opens it with the client's ``initialize`` (and ``notifications/initialized``,
+which chaosllm answered itself), and every proxied request carries the upstream's id.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from chaosllm.core.mcp import session_problem, sessions_of
+from chaosllm.config import Mode
+from chaosllm.core.call import Proxy
+from chaosllm.core.mcp import McpSession, session_problem, sessions_of
+from chaosllm.errors import UpstreamError
+from chaosllm.http.state import ChaosState
 from chaosllm.http.web import chaos_state
-from chaosllm.providers.mcp import INVALID_REQUEST, PATH_TEMPLATE, SESSION_HEADER, error_message
+from chaosllm.providers.mcp import (
+    INVALID_REQUEST,
+    PATH_TEMPLATE,
+    SESSION_HEADER,
+    error_message,
+    server_of,
+)
 
-__all__ = ["STREAM_CHECK_S", "mcp_routes"]
+__all__ = ["STREAM_CHECK_S", "Forwarding", "forwarding", "mcp_routes"]
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+
+_SESSION = SESSION_HEADER.encode("latin-1")
+_INITIALIZED = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """How a proxied MCP request goes to the upstream (record-missing)."""
+
+    headers: list[tuple[bytes, bytes]]
+    """The client's headers, with the upstream's session id for chaosllm's."""
+    answer_headers: tuple[tuple[str, str], ...] = ()
+    """Headers replacing the upstream's on the answer (chaosllm's session id)."""
+    answer_head: Callable[[RawHeaders], None] | None = None
+    problem: str | None = None
+    """Set when the upstream's session could not be opened (the client gets a 502)."""
+
+
+def _with_session(headers: RawHeaders, session_id: str | None) -> list[tuple[bytes, bytes]]:
+    kept = [(k, v) for k, v in headers if k.lower() != _SESSION]
+    if session_id is not None:
+        kept.append((_SESSION, session_id.encode("latin-1")))
+    return kept
+
+
+def _session_of(headers: RawHeaders) -> str | None:
+    return next((v.decode("latin-1") for k, v in headers if k.lower() == _SESSION), None)
+
+
+async def _post(
+    state: ChaosState, proxy: Proxy, headers: RawHeaders, body: bytes
+) -> tuple[int, str | None]:
+    """POST `body` to the request's upstream: its status and its session id header."""
+    upstream, target = state.upstream_for(proxy.call)
+    assert upstream is not None
+    path = proxy.call.provider.upstream_path(proxy.call.path) if target is None else target
+    try:
+        answer = await upstream.send("POST", path, b"", headers, body)
+    except UpstreamError as exc:
+        return 502, f"{exc}"
+    try:
+        return answer.status, answer.header(SESSION_HEADER)
+    finally:
+        await answer.aclose()
+
+
+async def _open(
+    state: ChaosState, proxy: Proxy, headers: RawHeaders, session: McpSession
+) -> str | None:
+    """The upstream session of `session`, opened now if need be (None: it is; else why
+    it could not be)."""
+    if session.upstream is None:
+        if not session.init:
+            return "the session's initialize was not kept"
+        status, opened = await _post(state, proxy, _with_session(headers, None), session.init)
+        if status != 200 or opened is None:
+            return f"its initialize got HTTP {status} and no {SESSION_HEADER}"
+        session.upstream, session.upstream_ready = opened, False
+    if not session.upstream_ready:
+        status, _ = await _post(
+            state, proxy, _with_session(headers, session.upstream), _INITIALIZED
+        )
+        session.upstream_ready = status < 300
+    return None
+
+
+async def forwarding(state: ChaosState, proxy: Proxy, headers: RawHeaders) -> Forwarding | None:
+    """A proxied MCP request's way to the upstream in record-missing mode (see the
+    module doc); None: as the client sent it (the other modes, the newest revision)."""
+    body = proxy.body
+    if state.config.mode is not Mode.RECORD_MISSING or not isinstance(body, dict):
+        return None
+    sessions = sessions_of(state)
+    server = server_of(body) or ""
+    if body.get("method") == "initialize":
+        ours = sessions.mint(server, proxy.call.body)
+
+        def learn(head: RawHeaders) -> None:
+            session = sessions.get(ours, server)
+            if session is not None:
+                session.upstream, session.upstream_ready = _session_of(head), False
+
+        return Forwarding(_with_session(headers, None), ((SESSION_HEADER, ours),), learn)
+    session = sessions.get(_session_of(headers), server)
+    if session is None:
+        return None
+    problem = await _open(state, proxy, headers, session)
+    if problem is not None:
+        return Forwarding(list(headers), problem=f"the upstream's MCP session: {problem}")
+    return Forwarding(_with_session(headers, session.upstream))
+
 
 STREAM_CHECK_S = 0.25
 """How often an open GET stream looks whether its session still lives."""

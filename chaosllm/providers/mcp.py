@@ -310,6 +310,17 @@ class McpCodec(Codec):
     def estimated(self, response: RecordedResponse, body: JSON) -> tuple[str, ...]:
         return ()
 
+    def journal_fields(self, body: JSON) -> dict[str, Any]:
+        method = body.get("method") if isinstance(body, dict) else None
+        fields: dict[str, Any] = {"method": method if isinstance(method, str) else "(response)"}
+        tool = tool_of(body)
+        if tool is not None:
+            fields["tool"] = tool
+        rpc = rpc_id(body)
+        if isinstance(rpc, (str, int)) and not isinstance(rpc, bool):
+            fields["rpc_id"] = rpc
+        return fields
+
 
 class McpErrors(Errors):
     """JSON-RPC error objects; the HTTP status is the transport's."""

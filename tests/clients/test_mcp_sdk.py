@@ -253,3 +253,38 @@ def test_bad_tool_output_fails_the_sdk_schema_check(recorded: Path) -> None:
 
     error, _ = faulted(recorded, {"type": "bad_tool_output"}, checked)
     assert "Invalid structured content" in str(error)
+
+
+# -- record-missing: chaosllm's session, the upstream's own behind it --------------------------
+
+
+def test_record_missing_keeps_its_session_and_opens_the_upstreams(tmp_path: Path) -> None:
+    """The SDK client's session is chaosllm's throughout: what is recorded is replayed,
+    what is not goes to the upstream within an upstream session of its own (opened by a
+    proxied initialize, or with the client's initialize when the first miss needs it)."""
+    record_dir = tmp_path / "rec"
+    record_dir.mkdir()
+
+    async def calls(url: str, *queries: str) -> list[Any]:
+        async with connect(url) as client:
+            await client.list_tools()
+            return [
+                (await client.call_tool("search", {"q": q})).structured_content for q in queries
+            ]
+
+    with serving_mcp() as (upstream, server):
+        options: dict[str, Any] = {"mode": "record-missing", "mcp_upstreams": {"search": upstream}}
+        with ChaosServer(record_dir, **options) as chaos:  # nothing recorded: all proxied
+            first = run(lambda: calls(f"{chaos.url}/mcp/search", "chaos"))
+            minted = [e for e in chaos.requests() if e["method"] == "initialize"]
+        with ChaosServer(record_dir, **options) as chaos:  # initialize replayed, one new call
+            second = run(lambda: calls(f"{chaos.url}/mcp/search", "chaos", "tools"))
+            journal = chaos.requests()
+        assert server.calls == ["chaos", "tools"]  # the recorded call was not asked again
+    assert first == [{"hits": 5, "query": "chaos"}] and minted[0]["match"] == "upstream"
+    assert second == [{"hits": 5, "query": "chaos"}, {"hits": 5, "query": "tools"}]
+    matches = {e["method"] + ":" + str(e.get("tool")): e["match"] for e in journal}
+    assert matches["initialize:None"] == "exact" and matches["tools/list:None"] == "exact"
+    assert [e["match"] for e in journal if e.get("tool") == "search"] == ["exact", "upstream"]
+    with ChaosServer(record_dir) as chaos:  # the upstream is stopped: both calls replay
+        assert run(lambda: calls(f"{chaos.url}/mcp/search", "chaos", "tools")) == second
