@@ -38,11 +38,12 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 from chaosllm.config import Mode, OnMiss
-from chaosllm.core.call import Chosen, Decision, Headers, Request
+from chaosllm.core.call import Answer, Chosen, Decision, Headers, Request
 from chaosllm.core.hooks import Hooks
 from chaosllm.core.stages import finish
 from chaosllm.errors import NoMatch
@@ -60,6 +61,8 @@ from chaosllm.providers.mcp import (
     is_request,
     rpc_id,
     server_of,
+    sse_frame,
+    with_event_id,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +87,23 @@ class McpSession:
     carry (None: none opened yet)."""
     upstream_ready: bool = False
     """Whether the upstream got ``notifications/initialized`` for `upstream`."""
+    streams: int = 0
+    """How many of its answers' SSE streams got event ids (stream 0: the GET stream)."""
+    resumable: OrderedDict[int, list[bytes]] = field(default_factory=OrderedDict)
+    """The events a resumable stream did not send (its number: what the GET with
+    ``Last-Event-ID`` ``N-k`` resumes), newest last, bounded."""
+    outbox: list[tuple[int, bytes]] = field(default_factory=list)
+    """The GET stream's events and their numbers (ids ``0-1``, ``0-2``...), bounded."""
+    posted: int = 0
+    """How many events the GET stream has had."""
+    listeners: list[Callable[[], None]] = field(default_factory=list)
+    """The open GET streams' wakers (`McpSessions.post`)."""
+
+
+KEPT_STREAMS: Final = 16
+"""How many resumable streams a session keeps."""
+KEPT_EVENTS: Final = 256
+"""How many GET-stream events a session keeps (a resume from an older one gets those)."""
 
 
 class McpSessions:
@@ -141,6 +161,31 @@ class McpSessions:
         """End a session; whether it was live."""
         with self._lock:
             return self._sessions.pop(session_id or "", None) is not None
+
+    def post(self, session: McpSession, message: JSON) -> None:
+        """A server notification on the session's GET stream (its open streams woken)."""
+        with self._lock:
+            session.posted += 1
+            number = session.posted
+            frame = with_event_id(sse_frame(message).encode("utf-8"), f"0-{number}")
+            session.outbox.append((number, frame))
+            del session.outbox[:-KEPT_EVENTS]
+            listeners = list(session.listeners)
+        for listener in listeners:
+            listener()
+
+    def resumable_stream(self, session: McpSession, sent: int, rest: list[bytes]) -> int:
+        """A new resumable stream of `session` that sent `sent` events, whose resume gets
+        the events `rest` (they get their ids here: ``N-(sent+1)``...); its number N."""
+        with self._lock:
+            session.streams += 1
+            number = session.streams
+            session.resumable[number] = [
+                with_event_id(data, f"{number}-{sent + i}") for i, data in enumerate(rest, 1)
+            ]
+            while len(session.resumable) > KEPT_STREAMS:
+                session.resumable.popitem(last=False)
+            return number
 
     def change_tools(self, session_id: str | None, tool: str | None) -> None:
         with self._lock:
@@ -353,8 +398,47 @@ def settled(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePla
     elif effect == "changes_tools":
         match = fault.get("match")
         tool = match.get("tool") if isinstance(match, dict) else None
-        sessions_of(engine).change_tools(session_id, tool)
+        sessions = sessions_of(engine)
+        sessions.change_tools(session_id, tool)
+        session = sessions.get(session_id, server_of(request.body) or "")
+        if session is not None and session.listeners:  # the GET stream carries it
+            note = plan.pieces[0] if plan.pieces else None
+            if note is not None and LIST_CHANGED.encode() in note.data:
+                sessions.post(session, {"jsonrpc": "2.0", "method": LIST_CHANGED})
+                plan = plan.with_(pieces=plan.pieces[1:])
     return plan
+
+
+LIST_CHANGED: Final = "notifications/tools/list_changed"
+
+
+def resumable(engine: Engine, request: Request, answer: Answer) -> None:
+    """An SSE answer a dropping fault (``mcp_stream_drop``) with ``retry_ms`` cut: its
+    events get ids (``N-1``, ``N-2``...: the session's stream N), the last a ``retry``
+    field, and the events it never sent are kept for a GET with ``Last-Event-ID``
+    (`chaosllm.http.mcp`)."""
+    fired = answer.fired
+    if not _is_mcp(request) or fired is None or fired.spec.entry.mcp_effect != "drops_stream":
+        return
+    retry_ms = fired.spec.param("retry_ms")
+    session = sessions_of(engine).get(
+        _header(request.call.headers, SESSION_HEADER), server_of(request.body) or ""
+    )
+    unfaulted = answer.unfaulted
+    if retry_ms is None or session is None or unfaulted is None:
+        return
+    plan = answer.plan
+    sent = sum(1 for p in plan.pieces if p.frame)
+    rest = [p.data for p in unfaulted.pieces if p.frame][sent:]
+    number = sessions_of(engine).resumable_stream(session, sent, rest)
+    pieces, place = [], 0
+    for piece in plan.pieces:
+        if piece.frame:
+            place += 1
+            retry = retry_ms if place == sent else None
+            piece = replace(piece, data=with_event_id(piece.data, f"{number}-{place}", retry))
+        pieces.append(piece)
+    answer.plan = plan.with_(pieces=tuple(pieces))
 
 
 def missed(engine: Engine, request: Request) -> Decision | None:
@@ -393,5 +477,6 @@ HOOKS: Final = Hooks(
     exchange=(changed_tools,),
     headers=(minted,),
     plan=(settled,),
+    answered=(resumable,),
 )
 """The MCP transport's hooks (composed by `chaosllm.core.hooks.default_hooks`)."""

@@ -2,9 +2,14 @@
 stream and the end of a session (a POST is a provider request: `chaosllm.http.app`).
 
 A GET needs the session an ``initialize`` minted (400 without one, 404 for one that is
-unknown or ended, as a POST) and opens an SSE stream that carries nothing chaosllm
-initiates (server notifications ride on the answers to POSTs): it stays open until the
-client leaves, the session ends, or ``--mcp-stream-ms`` passes, then ends cleanly. A
+unknown or ended, as a POST) and opens the session's SSE stream of server notifications
+(``notifications/tools/list_changed`` when ``tools_changed`` fires while it is open),
+each event with an id ``0-k``: it stays open until the client leaves, the session ends,
+or ``--mcp-stream-ms`` passes, then ends cleanly. A GET with ``Last-Event-ID`` resumes:
+``0-k`` the GET stream after event k; ``N-k`` the session's stream N (a POST's answer
+an ``mcp_stream_drop`` with ``retry_ms`` cut) with the events it never sent, its result
+too; any other id is a 400. It waits on the session's posts, checking every
+`STREAM_CHECK_S` whether the session still lives. A
 DELETE ends the session: 200, then every request with its id gets a 404.
 
 In record-missing mode the client's session is chaosllm's (what is recorded is replayed
@@ -17,8 +22,9 @@ which chaosllm answered itself), and every proxied request carries the upstream'
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -28,7 +34,7 @@ from starlette.routing import Route
 
 from chaosllm.config import Mode
 from chaosllm.core.call import Proxy
-from chaosllm.core.mcp import McpSession, session_problem, sessions_of
+from chaosllm.core.mcp import McpSession, McpSessions, session_problem, sessions_of
 from chaosllm.errors import UpstreamError
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import chaos_state
@@ -158,19 +164,82 @@ async def stream(request: Request) -> Response:
         return _refused(406, "Not Acceptable: the GET stream is text/event-stream.")
     session_id = request.headers.get(SESSION_HEADER)
     sessions = sessions_of(state)
-    bound_s = state.config.mcp_stream_ms / 1000
+    session = sessions.get(session_id, server)
+    last = request.headers.get("last-event-id")
+    stream_no, after = _cursor(last) if last is not None else (0, 0)
+    if stream_no is None or (session is None and last is not None):
+        return _refused(
+            400, f"Bad Request: Last-Event-ID {last!r} names no stream of this session."
+        )
+    if stream_no > 0:
+        assert session is not None
+        rest = session.resumable.get(stream_no)
+        if rest is None:
+            return _refused(
+                400, f"Bad Request: the stream of Last-Event-ID {last!r} cannot be resumed."
+            )
+        return _sse(_resumed(rest))
+    return _sse(_listening(state, sessions, session, session_id, server, after))
 
-    async def events() -> object:
-        with anyio.move_on_after(bound_s):
-            while sessions.get(session_id, server) is not None:
-                await anyio.sleep(STREAM_CHECK_S)
-        yield b": chaosllm: the stream ends\n\n"
 
+def _cursor(event_id: str) -> tuple[int | None, int]:
+    """The stream and the place in it an event id (``N-k``) names (None: not one)."""
+    stream_no, _, place = event_id.partition("-")
+    if not (stream_no.isdigit() and place.isdigit()):
+        return None, 0
+    return int(stream_no), int(place)
+
+
+def _sse(events: AsyncIterator[bytes]) -> Response:
     return StreamingResponse(
-        events(),  # type: ignore[arg-type]
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache"},
+        events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
     )
+
+
+async def _resumed(rest: list[bytes]) -> AsyncIterator[bytes]:
+    """A resumed stream: the events its connection lost (the rest of the answer)."""
+    for frame in rest:
+        yield frame
+
+
+async def _listening(
+    state: ChaosState,
+    sessions: McpSessions,
+    session: McpSession | None,
+    session_id: str | None,
+    server: str,
+    after: int,
+) -> AsyncIterator[bytes]:
+    """The GET stream: the session's server notifications after event ``0-after``, as
+    they are posted (`McpSessions.post`), until the client leaves, the session ends or
+    ``--mcp-stream-ms`` passes."""
+    if session is None:  # the newest revision: no session, nothing of its own to send
+        with anyio.move_on_after(state.config.mcp_stream_ms / 1000):
+            await anyio.sleep_forever()
+        yield b": chaosllm: the stream ends\n\n"
+        return
+    loop = asyncio.get_running_loop()
+    posted = asyncio.Event()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(posted.set)
+
+    session.listeners.append(wake)
+    try:
+        with anyio.move_on_after(state.config.mcp_stream_ms / 1000):
+            while sessions.get(session_id, server) is not None:
+                for number, frame in list(session.outbox):
+                    if number > after:
+                        after = number
+                        yield frame
+                posted.clear()
+                if any(number > after for number, _ in list(session.outbox)):
+                    continue
+                with anyio.move_on_after(STREAM_CHECK_S):
+                    await posted.wait()
+        yield b": chaosllm: the stream ends\n\n"
+    finally:
+        session.listeners.remove(wake)
 
 
 async def end(request: Request) -> Response:

@@ -62,6 +62,7 @@ __all__ = [
     "server_of",
     "sse_frame",
     "tool_of",
+    "with_event_id",
 ]
 
 PATH_TEMPLATE: Final = "/mcp/{server}"
@@ -165,6 +166,13 @@ def error_message(rpc: Any, code: int, message: str, data: JSON = None) -> dict[
 def sse_frame(message: JSON) -> str:
     """One JSON-RPC message as an SSE event, as the MCP SDK's servers send it."""
     return f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n"
+
+
+def with_event_id(frame: bytes, event_id: str, retry_ms: int | None = None) -> bytes:
+    """An SSE event with an ``id`` field (its place in its stream, what a client resumes
+    from with ``Last-Event-ID``) and, when given, a ``retry`` field."""
+    head = f"id: {event_id}\n" + (f"retry: {retry_ms}\n" if retry_ms is not None else "")
+    return head.encode("ascii") + frame
 
 
 def _frame_messages(frame: str) -> list[JSON]:

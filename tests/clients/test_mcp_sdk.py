@@ -214,6 +214,24 @@ def test_mcp_stream_drop_sends_progress_and_never_the_result(recorded: Path) -> 
     assert seen == [0.5] and "without a response" in error.message
 
 
+def test_a_resumable_stream_drop_is_resumed_by_the_sdk(recorded: Path) -> None:
+    """With ``retry_ms`` the dropped stream's events carry ids: the SDK reconnects with a
+    GET and ``Last-Event-ID`` and gets the rest, the result too."""
+    seen: list[float] = []
+
+    async def resumed(client: Client) -> Any:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        return await client.call_tool("search", {"q": "chaos"}, progress_callback=on_progress)
+
+    spec = {**DROP, "retry_ms": 10, "match": {"tool": "search"}}
+    result, journal = faulted(recorded, spec, resumed)
+    assert result.structured_content == {"hits": 5, "query": "chaos"} and seen == [0.5]
+    (call,) = [e for e in journal if e["method"] == "tools/call"]
+    assert call["fault"]["type"] == "mcp_stream_drop"  # called once: resumed, not retried
+
+
 def test_mcp_timeout_leaves_the_client_to_its_read_timeout(recorded: Path) -> None:
     async def timed_out(client: Client) -> Any:
         with pytest.raises(MCPError) as raised:

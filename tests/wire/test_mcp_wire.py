@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from chaosllm.core.mcp import sessions_of
 from chaosllm.server import ChaosServer
 from tests.helpers import read_head, read_until_eof
 from tests.mcp_helpers import INIT_PARAMS, QUERY, write_recordings
@@ -225,3 +226,50 @@ def test_a_cancelled_mcp_timeout_ends_its_stream(server: ChaosServer) -> None:
     cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
     assert call["outcome"] == "cancelled" and call["rpc_id"] == 7
     assert cancel["cancels"] == call["seq"]
+
+
+# -- the GET stream: server notifications, Last-Event-ID ---------------------------------
+
+
+def _open_get(server: ChaosServer, headers: dict[str, str]) -> socket.socket:
+    """A GET stream of the session, open, its head read."""
+    head = {"host": f"127.0.0.1:{server.port}", "accept": "text/event-stream", **headers}
+    lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(f"GET /mcp/search HTTP/1.1\r\n{lines}\r\n".encode())
+    status, _, _ = read_head(sock)
+    assert status == 200
+    return sock
+
+
+def test_tools_changed_is_sent_on_the_open_get_stream(server: ChaosServer) -> None:
+    with_session = _session(server)
+    session = sessions_of(server.state).get(with_session["mcp-session-id"], "search")
+    assert session is not None
+    with _open_get(server, with_session) as stream:
+        deadline = time.monotonic() + 5
+        while not session.listeners:  # the stream is listening once its body begins
+            assert time.monotonic() < deadline, "the GET stream never listened"
+            time.sleep(0.01)
+        server.arm({"type": "tools_changed", "match": {"tool": "search"}})
+        status, _, body = send(server, "POST", CALL, with_session)
+        assert status == 200 and b"list_changed" not in body  # not on the answer: once only
+        got = b""
+        while b"list_changed" not in got:
+            got += stream.recv(65536)
+    assert b"id: 0-1\n" in got and b'"notifications/tools/list_changed"' in got
+
+
+def test_a_resumable_stream_drop_resumes_with_last_event_id(server: ChaosServer) -> None:
+    with_session = _session(server)
+    server.arm({"type": "mcp_stream_drop", "after_events": 1, "retry_ms": 10})
+    status, _, body = send(server, "POST", CALL, with_session)
+    assert status == 200 and b"id: 1-1\nretry: 10\n" in body
+    assert [e.get("method") for e in _events(body)] == ["notifications/progress"]
+    got = send(server, "GET", b"", {**with_session, "last-event-id": "1-1"})
+    status, _, rest = got
+    (result,) = _events(rest)
+    assert status == 200 and b"id: 1-2\n" in rest and result["result"]["structuredContent"]
+    assert result["id"] == 7  # the live request's id
+    refused = send(server, "GET", b"", {**with_session, "last-event-id": "9-1"})
+    assert refused[0] == 400  # no stream of the session to resume
