@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -43,22 +42,16 @@ from chaosllm.core.call import Proxy
 from chaosllm.core.engine import Engine, ProviderCall, Reply
 from chaosllm.core.journal import ending_of
 from chaosllm.faults import parse_fault_specs
+from chaosllm.http.mcp_bridge import ACCEPT, Bridge, plan_messages
 from chaosllm.model import (
-    Ending,
     Exchange,
     RecordedChunk,
     RecordedRequest,
     RecordedResponse,
-    ResponsePlan,
 )
 from chaosllm.providers import PROVIDERS
 from chaosllm.providers.mcp import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    SESSION_HEADER,
-    error_message,
     is_request,
-    rpc_id,
     sse_frame,
 )
 from chaosllm.store.recordings import RecordingStore
@@ -66,108 +59,6 @@ from chaosllm.store.redact import Redactor
 from chaosllm.store.writer import RecordingWriter
 
 __all__ = ["ACCEPT", "Bridge", "Recorder", "plan_messages", "record_engine", "replay_engine"]
-
-ACCEPT = ("accept", "application/json, text/event-stream")
-MAX_LINE = 16 * 1024 * 1024
-"""The longest message line the bridge reads (the HTTP endpoint's default body limit)."""
-
-
-def plan_messages(plan: ResponsePlan) -> list[tuple[float, str]]:
-    """The JSON-RPC messages a plan's pieces carry, each with the delay before it
-    (milliseconds): SSE ``data`` lines, or a JSON body whole."""
-    out: list[tuple[float, str]] = []
-    if not any(p.frame for p in plan.pieces):  # a JSON body
-        body = plan.body().decode("utf-8", "replace").strip()
-        if body:
-            out.append((sum(p.delay_ms for p in plan.pieces), body))
-        return out
-    for piece in plan.pieces:
-        text = piece.data.decode("utf-8", "replace")
-        data = [line[5:].lstrip(" ") for line in text.splitlines() if line.startswith("data:")]
-        if data:
-            out.append((piece.delay_ms, "\n".join(data).replace("\n", " ")))
-        elif text.strip() and not text.startswith((":", "event:", "id:")):
-            out.append((piece.delay_ms, text.strip()))  # not SSE: garbage, as it is
-    return out
-
-
-class Bridge:
-    """Replays (and breaks) MCP server ``name`` over stdio (see the module doc)."""
-
-    def __init__(self, engine: Engine, name: str, out: IO[str], *, session: str | None = None):
-        self.engine = engine
-        self.name = name
-        self.out = out
-        self.session = session
-        self.mcp_session: str | None = None
-        self._lock = threading.Lock()
-
-    def write(self, line: str) -> None:
-        with self._lock:
-            self.out.write(line + "\n")
-            self.out.flush()
-
-    def _error(self, rpc: Any, code: int, message: str) -> None:
-        self.write(json.dumps(error_message(rpc, code, message)))
-
-    def handle(self, line: str) -> None:
-        """One message from the agent, answered on stdout as the engine decides."""
-        try:
-            message = json.loads(line)
-        except ValueError:
-            self._error(None, PARSE_ERROR, "Parse error: a line that is not JSON.")
-            return
-        headers: tuple[tuple[str, str], ...] = (ACCEPT,)
-        if self.mcp_session is not None:
-            headers += ((SESSION_HEADER, self.mcp_session),)
-        call = ProviderCall(
-            provider=PROVIDERS["mcp"],
-            path=f"/mcp/{self.name}",
-            body=line.encode("utf-8"),
-            session=self.session,
-            headers=headers,
-        )
-        decision = self.engine.handle(call)
-        assert isinstance(decision, Reply), "the bridge's engine replays"
-        plan = decision.plan
-        minted = dict(plan.headers).get(SESSION_HEADER)
-        if minted is not None:
-            self.mcp_session = minted
-        self.play(plan, message)
-
-    def play(self, plan: ResponsePlan, message: Any) -> None:
-        if plan.status == 202:
-            return
-        if plan.head_delay_ms:
-            time.sleep(plan.head_delay_ms / 1000)
-        rpc = rpc_id(message) if isinstance(message, dict) else None
-        if not plan.send_head:  # garbage, a reset, an empty reply: bytes or nothing
-            body = plan.body().decode("utf-8", "replace").strip()
-            if body:
-                self.write(body)
-            return
-        if plan.status == 404:
-            self.mcp_session = None  # the session is gone: the agent initializes again
-        for delay, text in plan_messages(plan):
-            if delay:
-                time.sleep(delay / 1000)
-            if plan.status >= 400 and is_request(message):
-                try:
-                    answer = json.loads(text)
-                    answer["id"] = rpc  # as the SDK's HTTP client does
-                    text = json.dumps(answer)
-                except (ValueError, TypeError):
-                    pass
-            self.write(text)
-        if plan.ending is Ending.STALL:
-            return  # no answer: the agent's timeout decides
-
-    def run(self, stdin: IO[str]) -> None:
-        for line in stdin:
-            if len(line) > MAX_LINE:
-                self._error(None, INVALID_REQUEST, "A message longer than the bridge reads.")
-            elif line.strip():
-                self.handle(line.strip())
 
 
 class Recorder:

@@ -30,6 +30,7 @@ from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.live import live_routes
 from chaosllm.http.mcp import Forwarding, mcp_routes
 from chaosllm.http.mcp import forwarding as forwarding_of_mcp
+from chaosllm.http.mcp_legacy import legacy_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
@@ -255,6 +256,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *ollama_routes(),
         *live_routes(),
         *mcp_routes(),
+        *legacy_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         *control_routes(),

@@ -14,6 +14,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -306,3 +307,35 @@ def test_record_missing_keeps_its_session_and_opens_the_upstreams(tmp_path: Path
     assert [e["match"] for e in journal if e.get("tool") == "search"] == ["exact", "upstream"]
     with ChaosServer(record_dir) as chaos:  # the upstream is stopped: both calls replay
         assert run(lambda: calls(f"{chaos.url}/mcp/search", "chaos", "tools")) == second
+
+
+# -- the older HTTP+SSE transport (2024-11-05), for old clients ---------------------------------
+
+
+def test_the_http_sse_transport_replays_and_breaks_for_old_clients(recorded: Path) -> None:
+    """The SDK's ``sse_client`` (GET ``/mcp/search/sse``, POSTs to the endpoint it names)
+    replays what was recorded over streamable HTTP, meets the faults, and its messages
+    are journalled as the streamable endpoint's."""
+
+    async def old_client(url: str) -> dict[str, Any]:
+        async with Client(
+            sse_client(url, headers={"x-chaosllm-session": "old"}), mode="legacy"
+        ) as c:
+            return await agent_session(c)
+
+    with ChaosServer(recorded) as chaos:
+        replayed = run(lambda: old_client(f"{chaos.url}/mcp/search/sse"))
+        chaos.arm({"type": "tool_error", "message": "offline", "match": {"tool": "search"}})
+
+        async def broken() -> Any:
+            async with Client(sse_client(f"{chaos.url}/mcp/search/sse"), mode="legacy") as c:
+                return await c.call_tool("search", {"q": "chaos"})
+
+        result = run(broken)
+        journal = chaos.requests("old")
+    assert replayed["result"] == {"hits": 5, "query": "chaos"} and replayed["progress"] == [0.5]
+    assert replayed["readme"] == "chaosllm breaks tool servers on purpose."
+    assert result.is_error is True and result.content[0].text == "offline"
+    methods = [e["method"] for e in journal]
+    assert methods[:3] == ["initialize", "notifications/initialized", "tools/list"]
+    assert all(e["path"] == "/mcp/search" for e in journal)

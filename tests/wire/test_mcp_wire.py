@@ -273,3 +273,36 @@ def test_a_resumable_stream_drop_resumes_with_last_event_id(server: ChaosServer)
     assert result["id"] == 7  # the live request's id
     refused = send(server, "GET", b"", {**with_session, "last-event-id": "9-1"})
     assert refused[0] == 400  # no stream of the session to resume
+
+
+# -- the older HTTP+SSE transport (2024-11-05) ---------------------------------------------
+
+
+def test_the_http_sse_transport_on_a_raw_socket(server: ChaosServer) -> None:
+    head = f"GET /mcp/search/sse HTTP/1.1\r\nhost: 127.0.0.1:{server.port}\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sse:
+        sse.sendall(f"{head}accept: text/event-stream\r\n\r\n".encode())
+        status, _, got = read_head(sse)
+        while b"\n\n" not in got:
+            got += sse.recv(65536)
+        assert status == 200 and b"event: endpoint" in got
+        endpoint = next(line for line in got.split(b"\n") if line.startswith(b"data: "))[6:]
+        path = endpoint.decode().strip()
+        assert path.startswith("/mcp/search/messages/?session_id=")
+
+        def post(body: bytes, target: str = path) -> int:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(
+                    f"POST {target} HTTP/1.1\r\nhost: 127.0.0.1:{server.port}\r\n"
+                    f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+                    f"connection: close\r\n\r\n".encode()
+                    + body
+                )
+                return read_whole(sock)[0]
+
+        assert post(rpc("initialize", 1, INIT_PARAMS)) == 202
+        while b'"serverInfo"' not in got:
+            got += sse.recv(65536)
+        assert b"event: message\r\n" not in got and b'"id": 1' in got
+        assert post(b"{nope") == 400
+        assert post(rpc("ping"), "/mcp/search/messages/?session_id=unknown") == 404
