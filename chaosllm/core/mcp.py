@@ -268,8 +268,10 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
         if method == CANCELLED:
             request.fields["cancels"] = cancel(engine, request)
         return _answer(request, None, 202, "accepted")
-    if method == "ping":
-        return _answer(request, {"jsonrpc": "2.0", "id": rpc_id(body), "result": {}})
+    if method == "ping":  # the newest revision's results say their resultType
+        modern = _header(request.call.headers, PROTOCOL_HEADER) in MODERN_VERSIONS
+        result = {"resultType": "complete"} if modern else {}
+        return _answer(request, {"jsonrpc": "2.0", "id": rpc_id(body), "result": result})
     if method not in METHODS:
         text = f"Method not found: {method!r} is no MCP method."
         return _answer(request, error_message(None, METHOD_NOT_FOUND, text))
