@@ -10,7 +10,8 @@ Theory of operation
 ``initialize`` answer minted: without one it gets a 400, with one chaosllm never minted
 (or that ended: DELETE, ``mcp_session_lost``) a 404, as the transport says. The newest
 revision (2026-07-28, ``MCP-Protocol-Version`` naming it, or ``server/discover``) has no
-sessions. Notifications and the client's responses are accepted (202, no body, nothing
+sessions. An ``MCP-Protocol-Version`` that names no revision chaosllm knows is a 400, as
+the transport says. Notifications and the client's responses are accepted (202, no body, nothing
 to record); ``ping`` is answered ``{}``; a method MCP does not define gets ``-32601``.
 
 A ``notifications/cancelled`` is honoured (`cancel`): the answer to the request it
@@ -57,6 +58,7 @@ from chaosllm.providers.mcp import (
     NO_RECORDING_CODE,
     PROTOCOL_HEADER,
     SESSION_HEADER,
+    SESSION_VERSIONS,
     error_message,
     is_request,
     rpc_id,
@@ -223,9 +225,13 @@ def session_problem(
 ) -> tuple[int, str] | None:
     """Why a request to `server` with these headers has no session (the HTTP status and
     the message), or None: it needs none (``initialize``, the newest revision) or has one."""
+    version = _header(headers, PROTOCOL_HEADER)
+    if version is not None and version not in (*SESSION_VERSIONS, *MODERN_VERSIONS):
+        known = ", ".join((*SESSION_VERSIONS, *MODERN_VERSIONS))
+        return 400, f"Bad Request: unsupported MCP-Protocol-Version {version!r} (known: {known})."
     if method in ("initialize", "server/discover"):
         return None
-    if _header(headers, PROTOCOL_HEADER) in MODERN_VERSIONS:
+    if version in MODERN_VERSIONS:
         return None
     session_id = _header(headers, SESSION_HEADER)
     if session_id is None:

@@ -106,6 +106,7 @@ def test_a_session_on_a_raw_socket(server: ChaosServer) -> None:
         (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', {}, 400, -32600),
         (rpc("tools/list"), {}, 400, -32600),  # no session id
         (rpc("tools/list"), {"mcp-session-id": "never-minted"}, 404, -32600),
+        (rpc("ping"), {"mcp-protocol-version": "1999-01-01"}, 400, -32600),
         (
             b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * 5000 + b'"}',
             {},
@@ -113,7 +114,7 @@ def test_a_session_on_a_raw_socket(server: ChaosServer) -> None:
             None,
         ),
     ],
-    ids=["malformed", "batch", "no-session", "unknown-session", "oversized"],
+    ids=["malformed", "batch", "no-session", "unknown-session", "bad-version", "oversized"],
 )
 def test_bad_input_gets_the_transport_answers(
     server: ChaosServer, body: bytes, headers: dict[str, str], status: int, code: int | None
