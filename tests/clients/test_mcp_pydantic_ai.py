@@ -65,7 +65,8 @@ async def turn(url: str, **toolset: Any) -> str:
         base_url=f"{url}/v1", api_key="test", max_retries=0, default_headers=HEADERS
     )
     model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
-    tools = MCPToolset(f"{url}/mcp/search", headers=HEADERS, read_timeout=5.0, **toolset)
+    toolset.setdefault("read_timeout", 5.0)
+    tools = MCPToolset(f"{url}/mcp/search", headers=HEADERS, **toolset)
     agent = Agent(model, toolsets=[tools], instructions="Use the search tool.")
     with anyio.fail_after(60):
         async with client, agent:
@@ -138,3 +139,50 @@ def test_a_tool_error_reaches_the_model(
     assert calls[0]["fault"]["type"] == "tool_error"
     assert journal[-1]["path"] == "/v1/chat/completions" and journal[-1]["match"] == "upstream"
     assert "tool_error_hidden_from_model" not in [f.name for f in verdict]
+
+
+FRAMEWORK_TABLE: dict[str, str | None] = {
+    # fault: what the model's next request says of the tool (None: the turn raises)
+    "mcp_error": "chaosllm injected a JSON-RPC error.",
+    "tool_error": "chaosllm: the tool 'search' failed.",
+    "mcp_timeout": "timed out",
+    "mcp_stream_drop": "SSE stream ended without a response",
+    "mcp_session_lost": "Not Found",
+    "tools_changed": '"hits":5',
+    "bad_tool_output": None,
+}
+"""What pydantic-ai does with each MCP fault on its tool call (docs/mcp.md's table), the
+loopback model answering the requests nobody recorded (record-missing): every failure
+but a result its schema refuses reaches the model as the tool's error text; that one
+raises out of the run."""
+
+
+@pytest.mark.parametrize("kind", list(FRAMEWORK_TABLE))
+def test_what_pydantic_ai_does_with_each_mcp_fault(
+    recorded: tuple[Path, str], tmp_path: Path, kind: str
+) -> None:
+    record_dir = tmp_path / "rec"
+    shutil.copytree(recorded[0], record_dir)
+    spec: dict[str, Any] = {"type": kind, "match": {"tool": "search"}}
+    if kind == "mcp_timeout":
+        spec["max_ms"] = 20_000  # beyond the client's read timeout
+    if kind == "mcp_stream_drop":
+        spec["after_events"] = 1
+    with (
+        loopback_upstream(ScriptedModel) as model,
+        ChaosServer(record_dir, mode="record-missing", upstream=model) as chaos,
+    ):
+        chaos.arm(spec)
+        said = FRAMEWORK_TABLE[kind]
+        if said is None:
+            with pytest.raises(RuntimeError, match="Invalid structured content"):
+                run(chaos.url)
+            return
+        answer = run(chaos.url, read_timeout=1.0)
+        journal = chaos.requests(SESSION)
+    assert said in answer
+    call = next(e for e in journal if e.get("tool") == "search")
+    assert call["fault"]["type"] == kind
+    if kind == "mcp_timeout":  # the 2026-07-28 client leaves the call: no cancellation
+        assert call["outcome"] == "client_gone"
+        assert "notifications/cancelled" not in [e["method"] for e in journal]
