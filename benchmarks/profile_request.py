@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import collections
 import cProfile
+import os
 import pstats
 import sys
 import tempfile
@@ -135,9 +136,14 @@ def _loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def wire_call(payloads: workloads.Payloads, kind: str, session: bool) -> hotpath.Call:
-    """One request through the builtin server's connection protocol, as its bytes."""
+def wire_call(
+    payloads: workloads.Payloads, kind: str, session: bool, access: bool = False
+) -> hotpath.Call:
+    """One request through the builtin server's connection protocol, as its bytes; with
+    `access`, its access line written as ``chaosllm serve`` writes it (to a buffer for
+    the null device)."""
     from chaosllm.config import ServerConfig
+    from chaosllm.http.access import AccessLog, LineBuffer
     from chaosllm.http.app import create_app
     from chaosllm.http.direct import DirectHandler
     from chaosllm.http.state import ChaosState
@@ -145,6 +151,8 @@ def wire_call(payloads: workloads.Payloads, kind: str, session: bool) -> hotpath
     from chaosllm.wire.protocol import Connection
 
     state = ChaosState.from_config(ServerConfig(recordings=[payloads.recordings]))
+    if access:
+        state.access = AccessLog(LineBuffer(open(os.devnull, "w"), prefix="chaosllm: "))  # noqa: SIM115
     server = WireServer(create_app(state=state), direct=DirectHandler(state), memo=state.memo)
     loop = _loop()
     asyncio.set_event_loop(loop)
@@ -174,9 +182,11 @@ def wire_call(payloads: workloads.Payloads, kind: str, session: bool) -> hotpath
     return call
 
 
-def entry_call(via: str, payloads: workloads.Payloads, kind: str, session: bool) -> hotpath.Call:
+def entry_call(
+    via: str, payloads: workloads.Payloads, kind: str, session: bool, access: bool = False
+) -> hotpath.Call:
     if via == "wire":
-        return wire_call(payloads, kind, session)
+        return wire_call(payloads, kind, session, access)
     _, calls = hotpath.in_process_calls(payloads)
     if via == "engine":
         if kind != "json" or session:
@@ -388,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--via", choices=tuple(ENTRIES), default="wire", help="entry point")
     parser.add_argument("--kind", choices=("json", "sse"), default="json")
     parser.add_argument("--session", action="store_true", help="session-tagged: fresh ids")
+    parser.add_argument(
+        "--access", action="store_true", help="with the access log, as chaosllm serve (wire)"
+    )
     parser.add_argument("-n", "--requests", type=int, default=10_000)
     parser.add_argument("--by", choices=("module", "package"), default="module")
     parser.add_argument("--rows", type=int, default=20, help="rows of each view")
@@ -395,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="chaosllm-prof-") as tmp:
         payloads = workloads.make_bench_recordings(Path(tmp))
-        call: Callable[[], object] = entry_call(args.via, payloads, args.kind, args.session)
+        call: Callable[[], object] = entry_call(
+            args.via, payloads, args.kind, args.session, args.access
+        )
         for _ in range(50):  # warm every cache
             call()
         report = profile_request(call, args.requests, args.via, args.by, args.depth)

@@ -158,15 +158,17 @@ class _Compiled:
     """By variant (kind of request, kind of server), filled on first use by
     `chaosllm.wire.program` (unset until then), so that a plan kept and served again is
     compiled once."""
-    stamp: tuple[tuple[str, ...], tuple[str, ...]]
-    """The request-id headers a protocol writes on every answer and, of them, those this
-    plan lacks (`chaosllm.providers.errors.Errors.stamped`), worked out once per plan
-    (unset until then)."""
-    stamped_from: tuple[ResponsePlan, tuple[tuple[str, str], ...]]
+    stamp: tuple[tuple[str, ...], tuple[str, ...], tuple[bytes, ...]]
+    """The request-id headers a protocol writes on every answer, of them those this plan
+    lacks, and each of those as the start of a header line (``name: ``)
+    (`chaosllm.providers.errors.Errors.stamped`), worked out once per plan (unset until
+    then)."""
+    stamped_from: tuple[ResponsePlan, bytes]
     """For a plan that is another plus headers appended and nothing else (an answer's
     request id, different for each answer: `chaosllm.providers.errors.Errors.stamped`):
-    that plan and those headers, so that its wire program is the other's, compiled once,
-    with the header lines put in its head (unset otherwise)."""
+    that plan and those headers as lines (``name: value\\r\\n`` each), so that its wire
+    program is the other's, compiled once, with the lines put in its head (unset
+    otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,16 @@ def loopback_upstream(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+def write_json(handler: BaseHTTPRequestHandler, answer: Any, status: int = 200) -> None:
+    """A whole JSON answer from a loopback upstream's `handler`."""
+    data = json.dumps(answer).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def write_chunk(handler: BaseHTTPRequestHandler, data: bytes) -> None:
     """One chunk of a chunked body (`handler` sent ``transfer-encoding: chunked``)."""
     handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

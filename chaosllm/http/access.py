@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from typing import Any, Final, TextIO
 
 __all__ = ["FLUSH_BYTES", "FLUSH_S", "AccessLog", "LineBuffer", "access_lines"]
@@ -51,14 +52,24 @@ def access_lines(record: Any, ms: float) -> str:
 class LineBuffer:
     """Lines for a stream, written out in batches (see the module docstring).
 
-    Thread-safe; a daemon thread writes out what waits longer than `FLUSH_S`."""
+    Thread-safe. A line is buffered without a lock (a deque's append is atomic): a
+    replayed request pays for its line about a microsecond. A daemon thread writes out
+    what waits longer than `FLUSH_S`; a writer that fills the buffer to `FLUSH_BYTES`
+    writes it out itself, so the buffer holds no more than that and one line."""
 
     def __init__(self, stream: TextIO, prefix: str = "") -> None:
         self.stream = stream
         self.prefix = prefix
-        self._lines: list[str] = []
+        self._lines: deque[str] = deque()
         self._size = 0
-        self._lock = threading.Lock()
+        """About what `_lines` holds, in characters: counted by the writers, reset by a
+        flush (a line counted while a flush runs may be counted after it was written)."""
+        self._armed = False
+        """Whether the flusher was told of the lines waiting (cleared before it writes
+        them out: a line that comes after is told of again)."""
+        self._write_lock = threading.Lock()
+        """Held while lines are taken and written: one flush at a time, lines in order."""
+        self._start_lock = threading.Lock()
         self._pending = threading.Event()
         self._stopped = threading.Event()
         self._closed = False
@@ -66,39 +77,49 @@ class LineBuffer:
 
     def write(self, text: str) -> None:
         """Buffer `text` (lines, each newline-terminated), each line prefixed."""
-        if self.prefix:
-            text = self.prefix + text[:-1].replace("\n", "\n" + self.prefix) + "\n"
-        with self._lock:
-            self._lines.append(text)
-            self._size += len(text)
-            full = self._size >= FLUSH_BYTES
+        prefix = self.prefix
+        if prefix:
+            if text.count("\n") == 1:
+                text = prefix + text
+            else:
+                text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
+        self._lines.append(text)
+        self._size += len(text)
+        if self._size >= FLUSH_BYTES:
+            self.flush()
+        elif not self._armed:
+            self._armed = True
+            if self._thread is None:
+                self._start()
+            self._pending.set()
+
+    def _start(self) -> None:
+        with self._start_lock:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._flusher, name="chaosllm-access-log", daemon=True
                 )
                 self._thread.start()
-        if full:
-            self.flush()
-        elif not self._pending.is_set():
-            self._pending.set()
 
     def flush(self) -> None:
         """Write out what is buffered."""
-        with self._lock:
-            if not self._lines:
-                return
-            text = "".join(self._lines)
-            self._lines.clear()
+        lines = self._lines
+        with self._write_lock:
             self._size = 0
+            taken: list[str] = []
+            while lines:
+                taken.append(lines.popleft())
+            if not taken:
+                return
             try:
-                self.stream.write(text)
+                self.stream.write("".join(taken))
                 self.stream.flush()
             except (OSError, ValueError):  # the stream is gone: the lines with it
                 pass
 
     def close(self) -> None:
         """Write out what is buffered and stop the thread."""
-        with self._lock:
+        with self._start_lock:
             self._closed = True
             thread = self._thread
         self._stopped.set()
@@ -113,6 +134,7 @@ class LineBuffer:
             # Lines that come meanwhile join the batch: one write per FLUSH_S at most.
             self._stopped.wait(FLUSH_S)
             self._pending.clear()
+            self._armed = False  # before the lines are taken: a later one arms again
             self.flush()
 
 

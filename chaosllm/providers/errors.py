@@ -47,21 +47,28 @@ class Errors(abc.ABC):
         if not names:
             return plan
         try:
-            known, missing = plan.stamp
+            known, missing, heads = plan.stamp
         except AttributeError:
             known = None
         if known is not names:
             present = {name.lower() for name, _ in plan.headers}
             missing = tuple(name for name in names if name.lower() not in present)
-            object.__setattr__(plan, "stamp", (names, missing))  # a cache, not the value
+            heads = tuple(name.encode("latin-1") + b": " for name in missing)
+            object.__setattr__(plan, "stamp", (names, missing, heads))  # a cache, not the value
         if not missing:
             return plan
         ident = request_id(key, self.request_id_form)
-        added = tuple((name, ident) for name in missing)
+        if len(missing) == 1:
+            added: tuple[tuple[str, str], ...] = ((missing[0], ident),)
+            lines = b"%s%s\r\n" % (heads[0], ident.encode("latin-1"))
+        else:
+            added = tuple((name, ident) for name in missing)
+            value = ident.encode("latin-1") + b"\r\n"
+            lines = b"".join(head + value for head in heads)
         stamped = plan.with_headers(plan.headers + added)
         bodied = self._stamp_body(stamped, ident)
         if bodied is stamped:  # only headers added: its program is the plan's, re-headed
-            object.__setattr__(stamped, "stamped_from", (plan, added))
+            object.__setattr__(stamped, "stamped_from", (plan, lines))
         return bodied
 
     def _stamp_body(self, plan: ResponsePlan, ident: str) -> ResponsePlan:

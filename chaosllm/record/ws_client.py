@@ -15,6 +15,7 @@ from typing import Final
 import anyio
 import anyio.abc
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
     BytesMessage,
@@ -124,10 +125,15 @@ class UpstreamSocket:
                         self.parts, self.size = [], 0
                         return text
                 elif isinstance(event, Ping):
-                    await self._send(self.ws.send(event.response()))
+                    if self.ws.state is ConnectionState.OPEN:
+                        await self._send(self.ws.send(event.response()))
                 elif isinstance(event, CloseConnection):
                     self.close_code, self.close_reason = event.code, event.reason or ""
-                    await self._send(self.ws.send(event.response()))
+                    # Echoed only when the upstream began the close: when chaosllm did
+                    # (its client left meanwhile), this is the echo, and the connection
+                    # is closed already.
+                    if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                        await self._send(self.ws.send(event.response()))
                     return None
             try:
                 raw = await self.stream.receive(_READ)

@@ -212,23 +212,17 @@ def program_for(
 ) -> Program:
     """`compile_program`, once per plan and variant (see the module docstring)."""
     variant = is_head | http10 << 1 | keep_alive << 2 | close << 3
-    found = _cached(plan, variant)
-    if found is not None:
-        return cast(Program, found)
-    try:
-        base, added = plan.stamped_from
-    except AttributeError:
-        pass
-    else:  # the base plan's program, compiled once, with the added headers in its head
+    derived = getattr(plan, "stamped_from", None)
+    if derived is not None:  # the base plan's program, compiled once, re-headed
+        base, lines = derived
         program = program_for(
             base, is_head=is_head, http10=http10, keep_alive=keep_alive, close=close
         )
         if program.head_end >= 0:
-            lines = b"".join(
-                b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1"))
-                for name, value in added
-            )
             return program.with_header_lines(lines)
+    found = _cached(plan, variant)
+    if found is not None:
+        return cast(Program, found)
     program = compile_program(
         plan, is_head=is_head, http10=http10, keep_alive=keep_alive, close=close
     )

@@ -5,9 +5,7 @@ to the smallest schedule that shows it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,7 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from chaosllm.server import ChaosServer  # noqa: E402
 from chaosllm.strategies import joint_fault_schedules  # noqa: E402
-from tests.helpers import chat_completion, loopback_upstream  # noqa: E402
-from tests.mcp_server import serving_mcp  # noqa: E402
+from tests.mcp_server import recording_turn  # noqa: E402
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -39,30 +36,6 @@ QUESTION = "How many documents are there about chaos?"
 HEADERS = {"x-chaosllm-session": SESSION}
 
 
-class ScriptedModel(BaseHTTPRequestHandler):
-    """A loopback Chat Completions upstream: it asks for the search tool, then answers
-    from the tool's result."""
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        if any(m.get("role") == "tool" for m in body["messages"]):
-            answer = chat_completion("There are 5 documents about chaos.", model=body["model"])
-        else:
-            call = {"name": "search", "arguments": json.dumps({"q": "chaos"})}
-            message = {"tool_calls": [{"id": "call_1", "type": "function", "function": call}]}
-            answer = chat_completion(None, model=body["model"], message=message)
-            answer["choices"][0]["finish_reason"] = "tool_calls"
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 async def run_agent(url: str, *, restart_on_error: bool) -> str | None:
     """The agent's turn. The planted bug: on a model error it runs the whole turn again,
     tool call and all, instead of retrying the model call alone."""
@@ -71,9 +44,12 @@ async def run_agent(url: str, *, restart_on_error: bool) -> str | None:
         base_url=f"{url}/v1", api_key="test", max_retries=0, timeout=2.0, default_headers=HEADERS
     )
     params: Any = {"url": f"{url}/mcp/search", "headers": HEADERS, "timeout": 2.0}
-    async with MCPServerStreamableHttp(
-        params=params, cache_tools_list=True, client_session_timeout_seconds=2.0
-    ) as server:
+    async with (
+        client,
+        MCPServerStreamableHttp(  # the model's client closed too
+            params=params, cache_tools_list=True, client_session_timeout_seconds=2.0
+        ) as server,
+    ):
         agent = Agent(
             name="researcher",
             instructions="Use the search tool.",
@@ -94,19 +70,10 @@ async def run_agent(url: str, *, restart_on_error: bool) -> str | None:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The agent's turn recorded through chaosllm: model and tool server together."""
     root = tmp_path_factory.mktemp("agent")
-    with (
-        loopback_upstream(ScriptedModel) as model,
-        serving_mcp() as (tools, _),
-        ChaosServer(
-            root / "none",
-            mode="record",
-            upstream=model,
-            mcp_upstreams={"search": tools},
-            record_dir=root / "rec",
-        ) as chaos,
-    ):
+    with recording_turn(root) as (chaos, ran):
         answer = anyio.run(lambda: run_agent(chaos.url, restart_on_error=False))
     assert answer == "There are 5 documents about chaos."
+    assert ran == ["chaos"]  # the tool ran once, upstream
     return root / "rec"
 
 

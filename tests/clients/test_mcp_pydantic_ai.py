@@ -1,16 +1,15 @@
-"""A second framework's MCP integration: pydantic-ai's ``MCPToolset`` (on the fastmcp
-client, over streamable HTTP) with chaosllm as both its model and its tool server. The
-agent's turn is recorded through chaosllm from a loopback model and the loopback MCP
-server, replayed with both stopped, and the MCP faults met as pydantic-ai meets them."""
+"""A second framework's MCP client: pydantic-ai's `MCPToolset` (on FastMCP's client, which
+negotiates the newest revision and opens with ``server/discover``) with chaosllm as both
+its model and its tool server. Its turn is recorded through chaosllm from a loopback
+model and a loopback MCP server, replays with both stopped, and meets each MCP fault as
+docs/mcp.md's table says."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -24,165 +23,156 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from chaosllm.server import ChaosServer
-from tests.helpers import chat_completion, loopback_upstream
-from tests.mcp_server import serving_mcp
+from tests.helpers import loopback_upstream
+from tests.mcp_server import ScriptedModel, recording_turn
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
-SESSION = "pydantic-ai"
+SESSION = "pydantic-ai-loop"
 QUESTION = "How many documents are there about chaos?"
+ANSWER = "There are 5 documents about chaos."
 HEADERS = {"x-chaosllm-session": SESSION}
 
 
-class ScriptedModel(BaseHTTPRequestHandler):
-    """A loopback Chat Completions upstream: it asks for the search tool, then answers
-    with the tool's result (or its error) in its words."""
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        tool = [m for m in body["messages"] if m.get("role") == "tool"]
-        if tool:
-            answer = chat_completion(f"The search said: {tool[-1]['content']}", model=body["model"])
-        else:
-            call = {"name": "search", "arguments": json.dumps({"q": "chaos"})}
-            message = {"tool_calls": [{"id": "call_1", "type": "function", "function": call}]}
-            answer = chat_completion(None, model=body["model"], message=message)
-            answer["choices"][0]["finish_reason"] = "tool_calls"
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-async def turn(url: str, **toolset: Any) -> str:
-    """One agent turn: pydantic-ai's Agent, chaosllm's model, chaosllm's tool server."""
+async def run_agent(url: str) -> str:
+    """One turn: the model asks for the search tool, the toolset calls it, the model
+    answers from its result. No retries of the model's calls: each shows in the journal."""
     client = AsyncOpenAI(
-        base_url=f"{url}/v1", api_key="test", max_retries=0, default_headers=HEADERS
+        base_url=f"{url}/v1", api_key="test", max_retries=0, timeout=2.0, default_headers=HEADERS
+    )
+    tools: MCPToolset[Any] = MCPToolset(
+        f"{url}/mcp/search", headers=HEADERS, init_timeout=2.0, read_timeout=2.0
     )
     model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
-    toolset.setdefault("read_timeout", 5.0)
-    tools = MCPToolset(f"{url}/mcp/search", headers=HEADERS, **toolset)
     agent = Agent(model, toolsets=[tools], instructions="Use the search tool.")
-    with anyio.fail_after(60):
-        async with client, agent:
-            result = await agent.run(QUESTION)
+    async with client:
+        result = await agent.run(QUESTION)
     return str(result.output)
 
 
-def run(url: str, **toolset: Any) -> str:
-    return anyio.run(lambda: turn(url, **toolset))
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The turn recorded through chaosllm: model and tool server together."""
+    root = tmp_path_factory.mktemp("pydantic-ai")
+    with recording_turn(root) as (chaos, ran):
+        assert anyio.run(run_agent, chaos.url) == ANSWER
+        assert ran == ["chaos"]  # the tool ran once, upstream
+    return root / "rec"
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """The agent's turn recorded through chaosllm (model and tool server) and its answer."""
-    root = tmp_path_factory.mktemp("pydantic-ai")
-    with (
-        loopback_upstream(ScriptedModel) as model,
-        serving_mcp() as (tools, server),
-        ChaosServer(
-            root / "none",
-            mode="record",
-            upstream=model,
-            mcp_upstreams={"search": tools},
-            record_dir=root / "rec",
-        ) as chaos,
-    ):
-        answer = run(chaos.url)
-        assert server.calls == ["chaos"]
-    yield root / "rec", answer
+def chaos(recorded: Path) -> Iterator[ChaosServer]:
+    with ChaosServer(recorded, seed=7) as server:  # model and tool server both stopped
+        yield server
 
 
-def test_the_turn_replays_with_model_and_tools_stopped(recorded: tuple[Path, str]) -> None:
-    record_dir, answer = recorded
-    assert "hits" in answer and "5" in answer  # the model read the tool's result
-    providers = {json.loads(f.read_text())["provider"] for f in record_dir.rglob("*.json")}
-    assert providers == {"mcp", "openai.chat"}
-    with ChaosServer(record_dir) as chaos:
-        assert run(chaos.url) == answer
-        journal = chaos.requests(SESSION)
-        verdict = chaos.verdict(SESSION)
-    kinds = [e.get("tool") or ("model" if e["path"] == "/v1/chat/completions" else None)
-             for e in journal]  # fmt: skip
-    assert kinds.index("search") > kinds.index("model")  # the model asked, then the tool ran
-    assert kinds[-1] == "model" and all(e["match"] != "miss" for e in journal)
-    assert journal[0]["method"] == "server/discover"  # fastmcp speaks the 2026-07-28 revision
-    assert [f.name for f in verdict] == []  # a clean replay: nothing found
+def _methods(chaos: ChaosServer) -> list[str]:
+    return [e["method"] for e in chaos.requests(SESSION) if e["path"] == "/mcp/search"]
+
+
+def test_the_recorded_turn_replays_with_the_servers_stopped(chaos: ChaosServer) -> None:
+    chaos.reset()
+    assert anyio.run(run_agent, chaos.url) == ANSWER
+    journal = chaos.requests(SESSION)
+    assert [(e["method"], e.get("tool")) for e in journal] == [
+        ("server/discover", None),
+        ("tools/list", None),
+        ("POST", None),
+        ("tools/call", "search"),
+        ("POST", None),
+    ]
+    assert all(e["match"] == "exact" and not e["miss"] for e in journal)
+    assert chaos.verdict(SESSION) == []
+
+
+FRAMEWORK_TABLE: dict[str, tuple[str | None, bool]] = {
+    # fault: (what the turn raises, None: it answers; whether it listed the tools again)
+    "mcp_error": ("ModelNotFoundError", False),
+    "tool_error": ("ModelNotFoundError", False),
+    "mcp_timeout": ("ModelNotFoundError", False),
+    "mcp_stream_drop": ("ModelNotFoundError", False),
+    "mcp_session_lost": ("ModelNotFoundError", False),
+    "tools_changed": (None, True),
+    "bad_tool_output": ("RuntimeError", False),
+}
+"""What pydantic-ai does with each MCP fault on its tool call (docs/mcp.md's table). By
+default (``tool_error_behavior="retry"``) a failed call is handed to the model as a retry
+prompt carrying the error's text: that model request was never recorded, so chaosllm's
+miss (a 404, raised as ``ModelNotFoundError``) ends the turn, and its message names the
+fault the previous request got. A result that breaks the tool's ``outputSchema`` is
+refused by FastMCP's client (``RuntimeError``) before the model is asked; a
+``list_changed`` notification empties its tool cache, so it lists the tools again."""
+
+
+@pytest.mark.parametrize("kind", list(FRAMEWORK_TABLE))
+def test_what_pydantic_ai_does_with_each_mcp_fault(chaos: ChaosServer, kind: str) -> None:
+    chaos.reset()
+    spec: dict[str, Any] = {"type": kind, "match": {"tool": "search"}}
+    if kind == "mcp_timeout":
+        spec["max_ms"] = 4000  # beyond the client's 2 s read timeout
+    chaos.arm(spec)
+    raised: str | None = None
+    said = ""
+    try:
+        assert anyio.run(run_agent, chaos.url) == ANSWER
+    except Exception as exc:
+        raised = type(exc).__name__
+        body = getattr(exc, "body", None)  # the model's error body, whole
+        said = str(body.get("message", "")) if isinstance(body, dict) else str(exc)
+    expected_raise, relisted = FRAMEWORK_TABLE[kind]
+    assert raised == expected_raise
+    journal = chaos.requests(SESSION)
+    called = [e for e in journal if e["method"] == "tools/call"]
+    assert len(called) == 1 and called[0]["fault"]["type"] == kind
+    assert (_methods(chaos).count("tools/list") == 2) is relisted
+    if expected_raise == "ModelNotFoundError":  # the model was asked with the error's text
+        last = journal[-1]
+        assert last["path"] == "/v1/chat/completions" and last["miss"]
+        assert f"got the fault '{kind}'" in said  # chaosllm's miss says why
+    # it hands a tool error's text to the model (openai-agents does not)
+    names = [f.name for f in chaos.verdict(SESSION)]
+    assert "tool_error_hidden_from_model" not in names
+    assert "tool_executed_twice_after_retry" not in names
 
 
 @pytest.mark.parametrize("behavior", ["retry", "failed"])
-def test_a_tool_error_reaches_the_model(
-    recorded: tuple[Path, str], tmp_path: Path, behavior: str
+def test_a_tool_error_reaches_the_model_in_record_missing(
+    recorded: Path, tmp_path: Path, behavior: Literal["retry", "failed"]
 ) -> None:
-    """``tool_error`` (an ``isError`` result, in the recorded result's envelope: the
-    2026-07-28 revision fastmcp negotiates requires its ``resultType``), in record-missing
-    mode with the loopback model answering what was not recorded: pydantic-ai hands the
-    tool's text to the model (``retry``: as a retry prompt; ``failed``: as the failed
-    call's result), so no ``tool_error_hidden_from_model``."""
+    """``tool_error`` with the flow not recorded: in record-missing mode the loopback
+    model answers the request nobody recorded, and that request (recorded now) carries
+    the tool's text, as a retry prompt (``"retry"``) or the failed call's result
+    (``"failed"``). The result keeps the recorded envelope: FastMCP's client requires
+    its ``resultType`` (without, it refused the result and the model got its validation
+    error instead)."""
     record_dir = tmp_path / "rec"
-    shutil.copytree(recorded[0], record_dir)
+    shutil.copytree(recorded, record_dir)
+    before = set(record_dir.rglob("*.json"))
     with (
         loopback_upstream(ScriptedModel) as model,
         ChaosServer(record_dir, mode="record-missing", upstream=model) as chaos,
     ):
         chaos.arm({"type": "tool_error", "message": "index offline", "match": {"tool": "search"}})
-        answer = run(chaos.url, tool_error_behavior=behavior)
+
+        async def turn() -> str:
+            client = AsyncOpenAI(
+                base_url=f"{chaos.url}/v1", api_key="test", max_retries=0, default_headers=HEADERS
+            )
+            tools: MCPToolset[Any] = MCPToolset(
+                f"{chaos.url}/mcp/search", headers=HEADERS, tool_error_behavior=behavior
+            )
+            model_ = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
+            agent = Agent(model_, toolsets=[tools], instructions="Use the search tool.")
+            with anyio.fail_after(60):
+                async with client:
+                    return str((await agent.run(QUESTION)).output)
+
+        assert anyio.run(turn) == ANSWER  # the loopback model answered from the error
         journal = chaos.requests(SESSION)
-        verdict = chaos.verdict(SESSION)
-    assert "index offline" in answer  # the model read the tool's error
-    calls = [e for e in journal if e.get("tool") == "search"]
-    assert calls[0]["fault"]["type"] == "tool_error"
+        names = [f.name for f in chaos.verdict(SESSION)]
+    (call,) = [e for e in journal if e["method"] == "tools/call"]
+    assert call["fault"]["type"] == "tool_error"
     assert journal[-1]["path"] == "/v1/chat/completions" and journal[-1]["match"] == "upstream"
-    assert "tool_error_hidden_from_model" not in [f.name for f in verdict]
-
-
-FRAMEWORK_TABLE: dict[str, str | None] = {
-    # fault: what the model's next request says of the tool (None: the turn raises)
-    "mcp_error": "chaosllm injected a JSON-RPC error.",
-    "tool_error": "chaosllm: the tool 'search' failed.",
-    "mcp_timeout": "timed out",
-    "mcp_stream_drop": "SSE stream ended without a response",
-    "mcp_session_lost": "Not Found",
-    "tools_changed": '"hits":5',
-    "bad_tool_output": None,
-}
-"""What pydantic-ai does with each MCP fault on its tool call (docs/mcp.md's table), the
-loopback model answering the requests nobody recorded (record-missing): every failure
-but a result its schema refuses reaches the model as the tool's error text; that one
-raises out of the run."""
-
-
-@pytest.mark.parametrize("kind", list(FRAMEWORK_TABLE))
-def test_what_pydantic_ai_does_with_each_mcp_fault(
-    recorded: tuple[Path, str], tmp_path: Path, kind: str
-) -> None:
-    record_dir = tmp_path / "rec"
-    shutil.copytree(recorded[0], record_dir)
-    spec: dict[str, Any] = {"type": kind, "match": {"tool": "search"}}
-    if kind == "mcp_timeout":
-        spec["max_ms"] = 20_000  # beyond the client's read timeout
-    if kind == "mcp_stream_drop":
-        spec["after_events"] = 1
-    with (
-        loopback_upstream(ScriptedModel) as model,
-        ChaosServer(record_dir, mode="record-missing", upstream=model) as chaos,
-    ):
-        chaos.arm(spec)
-        said = FRAMEWORK_TABLE[kind]
-        if said is None:
-            with pytest.raises(RuntimeError, match="Invalid structured content"):
-                run(chaos.url)
-            return
-        answer = run(chaos.url, read_timeout=1.0)
-        journal = chaos.requests(SESSION)
-    assert said in answer
-    call = next(e for e in journal if e.get("tool") == "search")
-    assert call["fault"]["type"] == kind
-    if kind == "mcp_timeout":  # the 2026-07-28 client leaves the call: no cancellation
-        assert call["outcome"] == "client_gone"
-        assert "notifications/cancelled" not in [e["method"] for e in journal]
+    (new,) = set(record_dir.rglob("*.json")) - before  # the model request nobody recorded
+    assert "index offline" in new.read_text()
+    assert "tool_error_hidden_from_model" not in names

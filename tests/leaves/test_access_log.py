@@ -96,3 +96,49 @@ def test_without_a_buffer_the_lines_go_to_the_access_logger(
         "POST /v1/chat/completions exact simple-chat/0001 200 fault=http_429#flt_2 2.0ms",
         "fault http_429#flt_2 fired on request #3 (POST /v1/chat/completions)",
     ]
+
+
+@pytest.mark.timeout(60)
+def test_lines_written_from_threads_while_flushing_are_each_written_once_in_order() -> None:
+    """Writers take no lock: lines that come while the flusher, or a writer whose line
+    filled the buffer, writes out the others are neither lost nor written twice, and each
+    writer's lines keep their order."""
+    stream = _Stream()
+    lines = LineBuffer(stream, prefix="p ")  # type: ignore[arg-type]
+    per_thread = 3000
+    start = threading.Barrier(4)
+
+    def writer(name: str) -> None:
+        start.wait()
+        for i in range(per_thread):
+            lines.write(f"{name} {i:05d} {'x' * 40}\n")
+            if i % 500 == 0:
+                lines.flush()  # as a log line from another logger does
+
+    threads = [threading.Thread(target=writer, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30.0)
+    lines.close()
+    written = stream.text.splitlines()
+    assert len(written) == 4 * per_thread
+    for n in range(4):
+        mine = [line.split()[2] for line in written if line.startswith(f"p w{n} ")]
+        assert mine == [f"{i:05d}" for i in range(per_thread)]
+    assert stream.writes > 1  # written out in several batches, some while others wrote
+
+
+def test_a_line_after_a_flush_is_written_out_within_the_bound() -> None:
+    """The flusher is told again of a line that comes after it took the others."""
+    stream = _Stream()
+    lines = LineBuffer(stream)  # type: ignore[arg-type]
+    try:
+        lines.write("one\n")
+        assert stream.written.wait(5.0)
+        stream.written.clear()
+        lines.write("two\n")
+        assert stream.written.wait(5.0)
+        assert stream.text == "one\ntwo\n"
+    finally:
+        lines.close()
