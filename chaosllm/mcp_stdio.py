@@ -41,9 +41,11 @@ from chaosllm.config import Mode, ServerConfig
 from chaosllm.core.call import Proxy
 from chaosllm.core.engine import Engine, ProviderCall, Reply
 from chaosllm.core.journal import ending_of
+from chaosllm.core.report import Outcome
 from chaosllm.faults import parse_fault_specs
 from chaosllm.http.mcp_bridge import ACCEPT, Bridge, plan_messages
 from chaosllm.model import (
+    Ending,
     Exchange,
     RecordedChunk,
     RecordedRequest,
@@ -120,9 +122,11 @@ class Recorder:
         decision = self.engine.handle(call)
         if isinstance(decision, Reply):
             self.player.play(decision.plan, message)
+            decision.entry.report.outcome = Outcome.COMPLETE
             return None
         if not is_request(message):  # a notification: the server answers nothing
             self.engine.amend(decision.entry, status=202, ending="complete")
+            decision.entry.report.outcome = Outcome.COMPLETE
         return decision
 
     def send(self, line: str) -> None:
@@ -179,6 +183,7 @@ class Recorder:
         engine = self.engine
         if not proxied.faultable:
             engine.amend(proxied.entry, status=200, ending="complete")
+            proxied.entry.report.outcome = Outcome.COMPLETE
             return False
         plan = self.provider.render(exchange, proxied.body, timing=engine.config.timing)
         plan = engine.fault_upstream(proxied, plan, message)
@@ -186,6 +191,8 @@ class Recorder:
         if proxied.entry.record.ending is None:
             engine.amend(proxied.entry, ending=ending_of(plan))
         self.player.play(plan, request)
+        if plan.ending is not Ending.STALL:  # a stalled one stays pending, as replayed
+            proxied.entry.report.outcome = Outcome.COMPLETE
         return True
 
     def _record(self, request: Any, frames: list[str], message: dict[str, Any]) -> Exchange:

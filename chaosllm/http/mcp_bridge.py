@@ -8,7 +8,9 @@ matching and the journal are the streamable HTTP endpoint's). A plan is played: 
 head delay and piece delays waited, each JSON-RPC message of its body (JSON or SSE)
 written as one line. A plan that stalls writes nothing more (the agent's own timeout
 decides), garbage writes its bytes as a line, a 404 (a lost session) or any error
-status becomes a JSON-RPC error with the request's id.
+status becomes a JSON-RPC error with the request's id. The journal entry's outcome is
+``complete`` once played; a stalled one's stays pending until the agent cancels the
+request (``notifications/cancelled``: ``cancelled``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from typing import IO, Any
 
 from chaosllm.core.engine import Engine, ProviderCall, Reply
+from chaosllm.core.report import Outcome
 from chaosllm.model import Ending, ResponsePlan
 from chaosllm.providers import PROVIDERS
 from chaosllm.providers.mcp import (
@@ -99,6 +102,12 @@ class Bridge:
         if minted is not None:
             self.mcp_session = minted
         self.play(plan, message)
+        report = decision.entry.report
+        report.head_sent = plan.send_head
+        if plan.ending is not Ending.STALL:
+            report.outcome = Outcome.COMPLETE
+        else:  # silent until the agent cancels it (or forever: the agent's timeout)
+            report.on_stop(lambda: setattr(report, "outcome", Outcome.CANCELLED))
 
     def play(self, plan: ResponsePlan, message: Any) -> None:
         if plan.status == 202:

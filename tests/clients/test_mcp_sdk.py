@@ -339,3 +339,25 @@ def test_the_http_sse_transport_replays_and_breaks_for_old_clients(recorded: Pat
     methods = [e["method"] for e in journal]
     assert methods[:3] == ["initialize", "notifications/initialized", "tools/list"]
     assert all(e["path"] == "/mcp/search" for e in journal)
+
+
+def test_a_cancelled_call_over_http_sse_is_journalled_so(recorded: Path) -> None:
+    """``mcp_timeout`` on the older transport: the SDK gives up and cancels; the silent
+    call's entry says ``cancelled`` and the cancellation names it."""
+    with ChaosServer(recorded) as chaos:
+        chaos.arm({"type": "mcp_timeout", "max_ms": 30_000, "match": {"tool": "search"}})
+
+        async def timed_out() -> Any:
+            async with Client(sse_client(f"{chaos.url}/mcp/search/sse"), mode="legacy") as c:
+                with pytest.raises(MCPError) as raised:
+                    await c.call_tool("search", {"q": "chaos"}, read_timeout_seconds=0.5)
+                await c.list_tools()  # then a request the stream answers: it got the cancel
+                return raised.value
+
+        error = run(timed_out)
+        journal = chaos.requests()
+    assert "timed out" in error.message.lower()
+    call = next(e for e in journal if e["method"] == "tools/call")
+    cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
+    assert cancel["cancels"] == call["seq"] and call["outcome"] == "cancelled"
+    assert all(e["outcome"] != "pending" for e in journal)

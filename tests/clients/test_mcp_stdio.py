@@ -114,6 +114,7 @@ def test_faults_apply_while_recording_over_stdio(
         got = run(lambda: session(params))
         assert {k: got[k] for k in expected} == expected
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert all(e["outcome"] == "complete" for e in entries)
     call = next(e for e in entries if e["method"] == "tools/call")
     assert call["fault"]["type"] == spec["type"] and call["tool"] == "search"
     bodies = [json.loads(f.read_text())["response"]["body"] for f in record_dir.rglob("*.json")]
