@@ -86,7 +86,9 @@ class McpSession:
     with it when a request first needs the upstream)."""
     upstream: str | None = None
     """Record-missing: the upstream's ``Mcp-Session-Id`` this session's proxied requests
-    carry (None: none opened yet)."""
+    carry (None: none, or the upstream keeps no sessions)."""
+    upstream_open: bool = False
+    """Whether the upstream was initialized for this session (`upstream` its id, if any)."""
     upstream_ready: bool = False
     """Whether the upstream got ``notifications/initialized`` for `upstream`."""
     streams: int = 0

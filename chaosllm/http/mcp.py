@@ -17,7 +17,8 @@ within it) and a request no recording answers goes to the upstream within an ups
 session of its own (`forwarding`): a proxied ``initialize`` opens it (the client gets
 chaosllm's session id, the upstream's is kept), else the first request that needs the
 upstream opens it with the client's ``initialize`` (and ``notifications/initialized``,
-which chaosllm answered itself), and every proxied request carries the upstream's id.
+which chaosllm answered itself), and every proxied request carries the upstream's id
+(none, when the upstream keeps no sessions).
 """
 
 from __future__ import annotations
@@ -100,13 +101,13 @@ async def _open(
 ) -> str | None:
     """The upstream session of `session`, opened now if need be (None: it is; else why
     it could not be)."""
-    if session.upstream is None:
+    if not session.upstream_open:
         if not session.init:
             return "the session's initialize was not kept"
         status, opened = await _post(state, proxy, _with_session(headers, None), session.init)
-        if status != 200 or opened is None:
-            return f"its initialize got HTTP {status} and no {SESSION_HEADER}"
-        session.upstream, session.upstream_ready = opened, False
+        if status != 200:
+            return f"its initialize got HTTP {status}"
+        session.upstream, session.upstream_open, session.upstream_ready = opened, True, False
     if not session.upstream_ready:
         status, _ = await _post(
             state, proxy, _with_session(headers, session.upstream), _INITIALIZED
@@ -130,6 +131,7 @@ async def forwarding(state: ChaosState, proxy: Proxy, headers: RawHeaders) -> Fo
             session = sessions.get(ours, server)
             if session is not None:
                 session.upstream, session.upstream_ready = _session_of(head), False
+                session.upstream_open = True
 
         return Forwarding(_with_session(headers, None), ((SESSION_HEADER, ours),), learn)
     session = sessions.get(_session_of(headers), server)

@@ -277,7 +277,10 @@ def test_bad_tool_output_fails_the_sdk_schema_check(recorded: Path) -> None:
 # -- record-missing: chaosllm's session, the upstream's own behind it --------------------------
 
 
-def test_record_missing_keeps_its_session_and_opens_the_upstreams(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stateless", [False, True], ids=["sessions", "stateless-upstream"])
+def test_record_missing_keeps_its_session_and_opens_the_upstreams(
+    tmp_path: Path, stateless: bool
+) -> None:
     """The SDK client's session is chaosllm's throughout: what is recorded is replayed,
     what is not goes to the upstream within an upstream session of its own (opened by a
     proxied initialize, or with the client's initialize when the first miss needs it)."""
@@ -291,7 +294,7 @@ def test_record_missing_keeps_its_session_and_opens_the_upstreams(tmp_path: Path
                 (await client.call_tool("search", {"q": q})).structured_content for q in queries
             ]
 
-    with serving_mcp() as (upstream, server):
+    with serving_mcp(stateless=stateless) as (upstream, server):
         options: dict[str, Any] = {"mode": "record-missing", "mcp_upstreams": {"search": upstream}}
         with ChaosServer(record_dir, **options) as chaos:  # nothing recorded: all proxied
             first = run(lambda: calls(f"{chaos.url}/mcp/search", "chaos"))
