@@ -266,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
         "--upstream",
         metavar="URL",
         help="the real provider, e.g. https://api.openai.com (needed by the "
-        "modes other than replay)",
+        "modes other than replay, unless --mcp-upstream names the only upstreams)",
     )
     serve.add_argument(
         "--mcp-upstream",
@@ -616,8 +616,7 @@ def _mcp_stdio(args: argparse.Namespace) -> int:
         engine = mcp_stdio.replay_engine(args.recordings, seed=args.seed, faults=faults)
         mcp_stdio.Bridge(engine, args.name, sys.stdout, session=args.session).run(sys.stdin)
         if args.journal is not None:
-            lines = [json.dumps(e.to_json()) for e in engine.journal.entries(None)]
-            args.journal.write_text("".join(f"{line}\n" for line in lines))
+            _write_journal(engine, args.journal)
         return 0
     record_dir = args.record_dir or (args.recordings[0] if args.recordings else None)
     if record_dir is None:
@@ -626,9 +625,30 @@ def _mcp_stdio(args: argparse.Namespace) -> int:
     from chaosllm.store.redact import Redactor
     from chaosllm.store.writer import RecordingWriter
 
-    writer = RecordingWriter(record_dir, redactor=Redactor(secrets_from_env()))
-    recorder = mcp_stdio.Recorder(command, args.name, writer, args.record_scenario, sys.stdout)
-    return recorder.run(sys.stdin)
+    secrets = secrets_from_env()
+    writer = RecordingWriter(record_dir, redactor=Redactor(secrets))
+    breaker = None
+    if args.faults is not None or args.journal is not None:
+        armed = json.loads(args.faults.read_text()) if args.faults else []
+        breaker = mcp_stdio.record_engine(args.seed, armed, secrets=secrets)
+    recorder = mcp_stdio.Recorder(
+        command,
+        args.name,
+        writer,
+        args.record_scenario,
+        sys.stdout,
+        engine=breaker,
+        session=args.session,
+    )
+    code = recorder.run(sys.stdin)
+    if breaker is not None and args.journal is not None:
+        _write_journal(breaker, args.journal)
+    return code
+
+
+def _write_journal(engine: Any, path: Path) -> None:
+    lines = [json.dumps(e.to_json()) for e in engine.journal.entries(None)]
+    path.write_text("".join(f"{line}\n" for line in lines))
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -899,6 +919,7 @@ def _serve(args: argparse.Namespace) -> int:
             upstream=args.upstream,
             recordings=args.recordings,
             record_dir=args.record_dir,
+            servers=dict(args.mcp_upstream),
         )
     except ValueError as exc:
         print(f"chaosllm: {exc}", file=sys.stderr)

@@ -379,12 +379,18 @@ def _same_dir(a: Path, b: Path) -> bool:
 
 
 def proxy_dirs(
-    mode: Mode, *, upstream: str | None, recordings: Sequence[Path] | None, record_dir: Path | None
+    mode: Mode,
+    *,
+    upstream: str | None,
+    recordings: Sequence[Path] | None,
+    record_dir: Path | None,
+    servers: Mapping[str, str] | None = None,
 ) -> tuple[list[Path], Path | None]:
     """The recordings directories to load and the directory new recordings go to.
 
     `recordings` is None when not given (the shipped ones are then replayed). Modes other
-    than replay need `upstream`; record and record-missing write to `record_dir`, by
+    than replay need `upstream` or a named server's own (`servers`, ``--mcp-upstream``:
+    then only those servers are proxied); record and record-missing write to `record_dir`, by
     default the first of `recordings` -- never the shipped directory unless it is given
     as `record_dir` explicitly. When `recordings` is not given, a record mode loads only
     `record_dir` (the shipped examples are not answers of your upstream). `ConfigError`
@@ -394,10 +400,11 @@ def proxy_dirs(
     dirs = [Path(d) for d in recordings] if recordings else [shipped]
     if mode is Mode.REPLAY:
         return dirs, None
-    if not upstream:
+    if not upstream and not servers:
         raise ConfigError(
             f"--mode {mode.value} needs --upstream URL: the real provider, "
-            f"e.g. --upstream https://api.openai.com"
+            f"e.g. --upstream https://api.openai.com (or --mcp-upstream NAME=URL: an "
+            f"MCP server's)"
         )
     if mode is Mode.PASSTHROUGH:
         return dirs, None

@@ -425,6 +425,7 @@ class ChaosServer:
                 upstream=upstream,
                 recordings=given,
                 record_dir=Path(record_dir) if record_dir else None,
+                servers=mcp_upstreams,
             )
         except ValueError as exc:
             raise ServerError(str(exc)) from None

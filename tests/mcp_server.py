@@ -49,10 +49,13 @@ def search_server() -> MCPServer:
 
 
 @contextmanager
-def serving_mcp(server: MCPServer | None = None) -> Iterator[tuple[str, Any]]:
-    """The server on a loopback port: its endpoint URL and the server; stopped on exit."""
+def serving_mcp(
+    server: MCPServer | None = None, *, stateless: bool = False
+) -> Iterator[tuple[str, Any]]:
+    """The server on a loopback port (`stateless`: keeping no sessions, no
+    ``Mcp-Session-Id``): its endpoint URL and the server; stopped on exit."""
     server = server or search_server()
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(stateless_http=stateless)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     runner = uvicorn.Server(config)

@@ -143,6 +143,11 @@ class JournalRecord(NamedTuple):
     """The live rate limit (``--rate-limit``) answered: the caller's buckets were empty."""
     tool: str | None = None
     """The tool an MCP ``tools/call`` calls (its ``method`` is the JSON-RPC method)."""
+    rpc_id: str | int | None = None
+    """The JSON-RPC id of an MCP request (what a ``notifications/cancelled`` names)."""
+    cancels: int | None = None
+    """A ``notifications/cancelled``: the ``seq`` of the MCP request it cancelled (0: none
+    of the session's requests in flight had its ``requestId``)."""
     background: Mapping[str, Any] | None = None
     """A stored response's creation or an operation on it (`chaosllm.core.background`):
     its id, the ``operation`` and the sequence numbers of the events it sent."""
@@ -172,6 +177,8 @@ class JournalRecord(NamedTuple):
             "code": self.code,
             "rate_limited": self.rate_limited,
             **({"tool": self.tool} if self.tool is not None else {}),
+            **({"rpc_id": self.rpc_id} if self.rpc_id is not None else {}),
+            **({"cancels": self.cancels} if self.cancels is not None else {}),
             "background": dict(self.background) if self.background is not None else None,
         }
 

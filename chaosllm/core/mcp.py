@@ -10,8 +10,14 @@ Theory of operation
 ``initialize`` answer minted: without one it gets a 400, with one chaosllm never minted
 (or that ended: DELETE, ``mcp_session_lost``) a 404, as the transport says. The newest
 revision (2026-07-28, ``MCP-Protocol-Version`` naming it, or ``server/discover``) has no
-sessions. Notifications and the client's responses are accepted (202, no body, nothing
+sessions. An ``MCP-Protocol-Version`` that names no revision chaosllm knows is a 400, as
+the transport says. Notifications and the client's responses are accepted (202, no body, nothing
 to record); ``ping`` is answered ``{}``; a method MCP does not define gets ``-32601``.
+
+A ``notifications/cancelled`` is honoured (`cancel`): the answer to the request it
+names, when still going (a stall of ``mcp_timeout``, a delay), is stopped and its
+connection closed (outcome ``cancelled``); the notification's journal entry says which
+(``cancels``: its seq).
 
 ``headers`` (`minted`): an ``initialize`` answer carries a fresh session id, drawn from
 the seed and the server's count of sessions (deterministic with ``--seed``).
@@ -33,11 +39,12 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 from chaosllm.config import Mode, OnMiss
-from chaosllm.core.call import Chosen, Decision, Headers, Request
+from chaosllm.core.call import Answer, Chosen, Decision, Headers, Request
 from chaosllm.core.hooks import Hooks
 from chaosllm.core.stages import finish
 from chaosllm.errors import NoMatch
@@ -51,11 +58,13 @@ from chaosllm.providers.mcp import (
     NO_RECORDING_CODE,
     PROTOCOL_HEADER,
     SESSION_HEADER,
+    SESSION_VERSIONS,
     error_message,
     is_request,
     rpc_id,
     server_of,
-    tool_of,
+    sse_frame,
+    with_event_id,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +81,33 @@ class McpSession:
     server: str
     changed: str | None = None
     """``tools_changed`` fired: the tool its lists lose ("": the first one)."""
+    init: bytes = b""
+    """The client's ``initialize`` message (record-missing opens the upstream's session
+    with it when a request first needs the upstream)."""
+    upstream: str | None = None
+    """Record-missing: the upstream's ``Mcp-Session-Id`` this session's proxied requests
+    carry (None: none, or the upstream keeps no sessions)."""
+    upstream_open: bool = False
+    """Whether the upstream was initialized for this session (`upstream` its id, if any)."""
+    upstream_ready: bool = False
+    """Whether the upstream got ``notifications/initialized`` for `upstream`."""
+    streams: int = 0
+    """How many of its answers' SSE streams got event ids (stream 0: the GET stream)."""
+    resumable: OrderedDict[int, list[bytes]] = field(default_factory=OrderedDict)
+    """The events a resumable stream did not send (its number: what the GET with
+    ``Last-Event-ID`` ``N-k`` resumes), newest last, bounded."""
+    outbox: list[tuple[int, bytes]] = field(default_factory=list)
+    """The GET stream's events and their numbers (ids ``0-1``, ``0-2``...), bounded."""
+    posted: int = 0
+    """How many events the GET stream has had."""
+    listeners: list[Callable[[], None]] = field(default_factory=list)
+    """The open GET streams' wakers (`McpSessions.post`)."""
+
+
+KEPT_STREAMS: Final = 16
+"""How many resumable streams a session keeps."""
+KEPT_EVENTS: Final = 256
+"""How many GET-stream events a session keeps (a resume from an older one gets those)."""
 
 
 class McpSessions:
@@ -102,14 +138,14 @@ class McpSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def mint(self, server: str) -> str:
+    def mint(self, server: str, init: bytes = b"") -> str:
         with self._lock:
             number = self._counts[server] = self._counts.get(server, 0) + 1
             if len(self._counts) > self.max_sessions:
                 self._counts.pop(next(iter(self._counts)))
             digest = hashlib.sha256(f"{self.seed}:{server}:{number}".encode()).hexdigest()
             session_id = digest[:32]
-            self._sessions[session_id] = McpSession(server)
+            self._sessions[session_id] = McpSession(server, init=init)
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
             return session_id
@@ -129,6 +165,31 @@ class McpSessions:
         """End a session; whether it was live."""
         with self._lock:
             return self._sessions.pop(session_id or "", None) is not None
+
+    def post(self, session: McpSession, message: JSON) -> None:
+        """A server notification on the session's GET stream (its open streams woken)."""
+        with self._lock:
+            session.posted += 1
+            number = session.posted
+            frame = with_event_id(sse_frame(message).encode("utf-8"), f"0-{number}")
+            session.outbox.append((number, frame))
+            del session.outbox[:-KEPT_EVENTS]
+            listeners = list(session.listeners)
+        for listener in listeners:
+            listener()
+
+    def resumable_stream(self, session: McpSession, sent: int, rest: list[bytes]) -> int:
+        """A new resumable stream of `session` that sent `sent` events, whose resume gets
+        the events `rest` (they get their ids here: ``N-(sent+1)``...); its number N."""
+        with self._lock:
+            session.streams += 1
+            number = session.streams
+            session.resumable[number] = [
+                with_event_id(data, f"{number}-{sent + i}") for i, data in enumerate(rest, 1)
+            ]
+            while len(session.resumable) > KEPT_STREAMS:
+                session.resumable.popitem(last=False)
+            return number
 
     def change_tools(self, session_id: str | None, tool: str | None) -> None:
         with self._lock:
@@ -166,9 +227,13 @@ def session_problem(
 ) -> tuple[int, str] | None:
     """Why a request to `server` with these headers has no session (the HTTP status and
     the message), or None: it needs none (``initialize``, the newest revision) or has one."""
+    version = _header(headers, PROTOCOL_HEADER)
+    if version is not None and version not in (*SESSION_VERSIONS, *MODERN_VERSIONS):
+        known = ", ".join((*SESSION_VERSIONS, *MODERN_VERSIONS))
+        return 400, f"Bad Request: unsupported MCP-Protocol-Version {version!r} (known: {known})."
     if method in ("initialize", "server/discover"):
         return None
-    if _header(headers, PROTOCOL_HEADER) in MODERN_VERSIONS:
+    if version in MODERN_VERSIONS:
         return None
     session_id = _header(headers, SESSION_HEADER)
     if session_id is None:
@@ -200,10 +265,7 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
     request.keep = False  # sessions decide answers
     body = request.body
     method = body.get("method")
-    request.fields["method"] = method if isinstance(method, str) else "(response)"
-    tool = tool_of(body)
-    if tool is not None:
-        request.fields["tool"] = tool
+    request.fields.update(request.call.provider.journal_fields(body))
     server = server_of(body) or ""
     problem = session_problem(engine, server, request.call.headers, method)
     if problem is not None:
@@ -211,20 +273,48 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
         request.fields["error"] = text
         return _answer(request, error_message(None, INVALID_REQUEST, text), status, "session")
     if not is_request(body):
+        if method == CANCELLED:
+            request.fields["cancels"] = cancel(engine, request)
         return _answer(request, None, 202, "accepted")
-    if method == "ping":
-        return _answer(request, {"jsonrpc": "2.0", "id": rpc_id(body), "result": {}})
+    if method == "ping":  # the newest revision's results say their resultType
+        modern = _header(request.call.headers, PROTOCOL_HEADER) in MODERN_VERSIONS
+        result = {"resultType": "complete"} if modern else {}
+        return _answer(request, {"jsonrpc": "2.0", "id": rpc_id(body), "result": result})
     if method not in METHODS:
         text = f"Method not found: {method!r} is no MCP method."
         return _answer(request, error_message(None, METHOD_NOT_FOUND, text))
     return None
 
 
+CANCELLED: Final = "notifications/cancelled"
+
+CANCEL_WITHIN: Final = 256
+"""How many of the newest journal entries a cancellation looks through for its request."""
+
+
+def cancel(engine: Engine, request: Request) -> int:
+    """Honour a ``notifications/cancelled``: the answer to the request it names (the
+    newest of the session's requests to this server with that id, still being answered)
+    is stopped where it is (`PlanReport.stop`: a stall, a delay ends, the connection is
+    closed); the ``seq`` of that request (0: none in flight)."""
+    params = request.body.get("params")
+    wanted = params.get("requestId") if isinstance(params, dict) else None
+    if wanted is None:
+        return 0
+    call = request.call
+    entries = engine.journal.entries(call.session)[-CANCEL_WITHIN:]
+    for entry in reversed(entries):
+        record = entry.record
+        if record.path == call.path and record.rpc_id == wanted:
+            return entry.seq if entry.report.stop() else 0
+    return 0
+
+
 def minted(engine: Engine, request: Request) -> Headers:
     """A fresh ``Mcp-Session-Id`` on an ``initialize`` answer (the sessions' revisions)."""
     if not _is_mcp(request) or request.body.get("method") != "initialize":
         return ()
-    session_id = sessions_of(engine).mint(server_of(request.body) or "")
+    session_id = sessions_of(engine).mint(server_of(request.body) or "", request.call.body)
     return (("mcp-session-id", session_id),)
 
 
@@ -318,8 +408,47 @@ def settled(engine: Engine, request: Request, plan: ResponsePlan) -> ResponsePla
     elif effect == "changes_tools":
         match = fault.get("match")
         tool = match.get("tool") if isinstance(match, dict) else None
-        sessions_of(engine).change_tools(session_id, tool)
+        sessions = sessions_of(engine)
+        sessions.change_tools(session_id, tool)
+        session = sessions.get(session_id, server_of(request.body) or "")
+        if session is not None and session.listeners:  # the GET stream carries it
+            note = plan.pieces[0] if plan.pieces else None
+            if note is not None and LIST_CHANGED.encode() in note.data:
+                sessions.post(session, {"jsonrpc": "2.0", "method": LIST_CHANGED})
+                plan = plan.with_(pieces=plan.pieces[1:])
     return plan
+
+
+LIST_CHANGED: Final = "notifications/tools/list_changed"
+
+
+def resumable(engine: Engine, request: Request, answer: Answer) -> None:
+    """An SSE answer a dropping fault (``mcp_stream_drop``) with ``retry_ms`` cut: its
+    events get ids (``N-1``, ``N-2``...: the session's stream N), the last a ``retry``
+    field, and the events it never sent are kept for a GET with ``Last-Event-ID``
+    (`chaosllm.http.mcp`)."""
+    fired = answer.fired
+    if not _is_mcp(request) or fired is None or fired.spec.entry.mcp_effect != "drops_stream":
+        return
+    retry_ms = fired.spec.param("retry_ms")
+    session = sessions_of(engine).get(
+        _header(request.call.headers, SESSION_HEADER), server_of(request.body) or ""
+    )
+    unfaulted = answer.unfaulted
+    if retry_ms is None or session is None or unfaulted is None:
+        return
+    plan = answer.plan
+    sent = sum(1 for p in plan.pieces if p.frame)
+    rest = [p.data for p in unfaulted.pieces if p.frame][sent:]
+    number = sessions_of(engine).resumable_stream(session, sent, rest)
+    pieces, place = [], 0
+    for piece in plan.pieces:
+        if piece.frame:
+            place += 1
+            retry = retry_ms if place == sent else None
+            piece = replace(piece, data=with_event_id(piece.data, f"{number}-{place}", retry))
+        pieces.append(piece)
+    answer.plan = plan.with_(pieces=tuple(pieces))
 
 
 def missed(engine: Engine, request: Request) -> Decision | None:
@@ -358,5 +487,6 @@ HOOKS: Final = Hooks(
     exchange=(changed_tools,),
     headers=(minted,),
     plan=(settled,),
+    answered=(resumable,),
 )
 """The MCP transport's hooks (composed by `chaosllm.core.hooks.default_hooks`)."""

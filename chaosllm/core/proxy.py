@@ -72,6 +72,8 @@ def forward(
     model = provider.model_of(body) if body is not None else None
     model = model if isinstance(model, str) else None
     fields = {**call.journal_fields(model, stream, digest), "match": "upstream", "miss": miss}
+    if body is not None:
+        fields.update(provider.journal_fields(body))
     headers: Headers = (("x-chaosllm-match", "upstream"),)
     if digest is not None:
         headers += (("x-chaosllm-digest", digest),)
@@ -84,6 +86,7 @@ def forward(
     if body is not None:
         assert digest is not None
         request = Request(call, body, digest, stream, model, turn)
+        request.fields.update(provider.journal_fields(body))
     faultable = (
         request is not None
         and len(engine.board) > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 
 __all__ = ["Outcome", "PlanReport"]
 
@@ -16,6 +17,9 @@ class Outcome(str, enum.Enum):
     """The client closed or reset the connection before the plan finished."""
     ERROR = "error"
     """The server failed while executing the plan."""
+    CANCELLED = "cancelled"
+    """The client cancelled the request (MCP's ``notifications/cancelled``): the server
+    stopped answering it where it was (`PlanReport.stop`)."""
 
 
 class PlanReport:
@@ -24,9 +28,22 @@ class PlanReport:
     Setting `outcome` marks the report settled (`wait` returns): a client can
     read a whole answer a moment before the server knows it finished writing it.
     The event behind `wait` is made only when someone waits (most never do).
+
+    `stop` asks the wire to stop answering (the client cancelled the request): a wait
+    of the plan (a delay, a stall) ends at once and the connection is closed, the
+    outcome `Outcome.CANCELLED`. The wire listens with `on_stop` only while it waits.
     """
 
-    __slots__ = ("_outcome", "_settled", "bytes_sent", "degraded", "frames_sent", "head_sent")
+    __slots__ = (
+        "_listeners",
+        "_outcome",
+        "_settled",
+        "_stopped",
+        "bytes_sent",
+        "degraded",
+        "frames_sent",
+        "head_sent",
+    )
     _lock = threading.Lock()
 
     def __init__(
@@ -45,6 +62,41 @@ class PlanReport:
         """Set when the server could not do exactly what the plan says."""
         self._settled: threading.Event | None = None
         self._outcome = outcome
+        self._stopped = False
+        self._listeners: list[Callable[[], None]] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether `stop` was called."""
+        return self._stopped
+
+    def stop(self) -> bool:
+        """Stop answering (from any thread); whether the answer was still going."""
+        with PlanReport._lock:
+            if self._stopped or self._outcome is not None:
+                return False
+            self._stopped = True
+            listeners, self._listeners = self._listeners or [], None
+        for listener in listeners:
+            listener()
+        return True
+
+    def on_stop(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` (from the thread that stops) when `stop` is called, at once if
+        it was; the function that removes it."""
+        with PlanReport._lock:
+            if not self._stopped:
+                if self._listeners is None:
+                    self._listeners = []
+                self._listeners.append(listener)
+                return lambda: self._forget(listener)
+        listener()
+        return lambda: None
+
+    def _forget(self, listener: Callable[[], None]) -> None:
+        with PlanReport._lock:
+            if self._listeners is not None and listener in self._listeners:
+                self._listeners.remove(listener)
 
     @property
     def outcome(self) -> Outcome | None:

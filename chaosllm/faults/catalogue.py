@@ -155,8 +155,9 @@ class FaultType:
     """An MCP fault: it fires on MCP requests (any server, or ``match.server``'s); any
     other type fires on an MCP request only when its ``match.server`` names the server."""
     mcp_effect: str | None = None
-    """What firing does to the MCP session (``ends_session``, ``changes_tools``: the
-    engine's MCP hooks, `chaosllm.core.mcp`, write it); None: nothing."""
+    """What firing does to the MCP session (``ends_session``, ``changes_tools``,
+    ``drops_stream``: a stream its ``retry_ms`` makes resumable; the engine's MCP hooks,
+    `chaosllm.core.mcp`, write it); None: nothing."""
     stored_effect: str | None = None
     """What it does for good to the stored response it fires on (`chaosllm.core.background`:
     ``failed``, ``expired``, ``keep_running``); None: nothing."""
@@ -643,9 +644,20 @@ CATALOGUE: tuple[FaultType, ...] = (
     FaultType(
         name="mcp_stream_drop",
         summary="the call's SSE stream ends after after_events events: progress, no result",
-        params={"after_events": Param(int, 0, "events sent before the stream ends", 0)},
+        params={
+            "after_events": Param(int, 0, "events sent before the stream ends", 0),
+            "retry_ms": Param(
+                int,
+                None,
+                "set: the stream is resumable (its events carry ids, the last a retry field "
+                "of retry_ms): a GET with Last-Event-ID gets the rest, the result too; "
+                "unset: the result never comes",
+                0,
+            ),
+        },
         transform=mcp.mcp_stream_drop,
         on_request=mcp.mcp_stream,
+        mcp_effect="drops_stream",
         retryable=True,
         mcp=True,
         simplicity=43,

@@ -71,9 +71,24 @@ def mcp_error(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> Respons
     return ctx.render(error_message(rpc_id(ctx.request), code, message))
 
 
+RESULT_PAYLOAD = ("content", "structuredContent", "isError")
+"""What a tool's result says; the rest (``resultType``, ``_meta``: the 2026-07-28
+revision's envelope) is the server's and a made-up result keeps it."""
+
+
 def tool_error(plan: ResponsePlan, spec: FaultSpec, ctx: FaultContext) -> ResponsePlan:
+    """A result with ``isError: true`` and the message, in the envelope of the recorded
+    result (its ``resultType`` and ``_meta``: a client of the newest revision requires
+    ``resultType``)."""
     message = spec.param("message") or f"chaosllm: the tool {tool_of(ctx.request)!r} failed."
-    result = {"content": [{"type": "text", "text": message}], "isError": True}
+    answer = ctx.answer
+    recorded = answer.get("result") if isinstance(answer, dict) else None
+    envelope = (
+        {k: v for k, v in recorded.items() if k not in RESULT_PAYLOAD}
+        if isinstance(recorded, dict)
+        else {}
+    )
+    result = {**envelope, "content": [{"type": "text", "text": message}], "isError": True}
     return ctx.render({"jsonrpc": "2.0", "id": rpc_id(ctx.request), "result": result})
 
 

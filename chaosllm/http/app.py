@@ -9,8 +9,8 @@ to the wire layer: a plan to execute (`PlanResponse`) or a call to the upstream
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -28,7 +28,9 @@ from chaosllm.http.cors import Cors
 from chaosllm.http.gemini import gemini_routes
 from chaosllm.http.guards import BodyLimit, ErrorEnvelope
 from chaosllm.http.live import live_routes
-from chaosllm.http.mcp import mcp_routes
+from chaosllm.http.mcp import Forwarding, mcp_routes
+from chaosllm.http.mcp import forwarding as forwarding_of_mcp
+from chaosllm.http.mcp_legacy import legacy_routes
 from chaosllm.http.ollama import ollama_routes
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import (
@@ -41,6 +43,7 @@ from chaosllm.http.web import (
 )
 from chaosllm.model import Exchange
 from chaosllm.providers import PROVIDERS, Provider, provider_for_client
+from chaosllm.providers.base import ErrorKind
 from chaosllm.providers.embeddings import PATHS as EMBEDDINGS_PATHS
 from chaosllm.providers.embeddings import embeddings_response
 from chaosllm.store.redact import credential_values
@@ -76,10 +79,42 @@ async def provider_call(request: Request, provider: Provider) -> PlanResponse | 
     decision = state.handle(call)
     if isinstance(decision, Reply):
         return PlanResponse(decision.plan, decision.entry.report)
-    return _proxy_call(state, decision, scope["headers"])
+    if state.upstream_for(decision.call)[0] is None:
+        named = ", ".join(sorted(state.servers or {})) or "none"
+        message = (
+            f"chaosllm has no upstream for {call.method} {call.path}: --upstream was not "
+            f"given and --mcp-upstream names only these MCP servers: {named}."
+        )
+        return _unproxied(state, decision, message, "no_upstream")
+    way = BEFORE_PROXY.get(provider.name)
+    forwarding = await way(state, decision, scope["headers"]) if way is not None else None
+    if forwarding is not None and forwarding.problem is not None:
+        return _unproxied(state, decision, forwarding.problem, "upstream_session")
+    return _proxy_call(state, decision, scope["headers"], forwarding)
 
 
-def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
+BEFORE_PROXY: Final[Mapping[str, Callable[..., Awaitable[Forwarding | None]]]] = {
+    "mcp": forwarding_of_mcp
+}
+"""The HTTP layer's extension point before a request is proxied, by provider: how it
+goes to the upstream (its headers, the answer's, a look at the answer's head), or
+None: as the client sent it. MCP's carries the upstream's own session id
+(`chaosllm.http.mcp.forwarding`)."""
+
+
+def _unproxied(state: ChaosState, proxy: Proxy, message: str, code: str) -> PlanResponse:
+    """A request to be proxied that cannot be (no upstream names it, its upstream
+    session could not be opened): a 502 saying so, in the protocol's shape; nothing is
+    recorded."""
+    call = proxy.call
+    plan = call.provider.render_error(502, message, kind=ErrorKind.SERVER_ERROR, code=code)
+    state.amend(proxy.entry, status=502, error=message, ending="complete")
+    return PlanResponse(plan.with_(headers=plan.headers + proxy.headers), proxy.entry.report)
+
+
+def _proxy_call(
+    state: ChaosState, proxy: Proxy, headers: Any, forwarding: Forwarding | None = None
+) -> ProxyCall:
     """The upstream's answer to a proxied request, recorded and faulted as the engine
     decided. (The proxy is imported when first needed: a replaying server never is.)"""
     from chaosllm.record.proxy import ProxyCall
@@ -108,7 +143,7 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         method=call.method,
         path=call.path,
         query=call.query,
-        headers=headers,
+        headers=forwarding.headers if forwarding else headers,
         content=call.body,
         body=proxy.body,
         entry=entry,
@@ -118,8 +153,9 @@ def _proxy_call(state: ChaosState, proxy: Proxy, headers: Any) -> ProxyCall:
         live_hook=(lambda: state.fault_live(proxy)) if proxy.faultable else None,
         recorder=recorder,
         timing=state.config.timing,
-        extra_headers=proxy.headers,
+        extra_headers=proxy.headers + (forwarding.answer_headers if forwarding else ()),
         target=target,
+        answer_head=forwarding.answer_head if forwarding else None,
     )
 
 
@@ -220,6 +256,7 @@ def create_app(config: ServerConfig | None = None, *, state: ChaosState | None =
         *ollama_routes(),
         *live_routes(),
         *mcp_routes(),
+        *legacy_routes(),
         Route("/health", health, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         *control_routes(),

@@ -60,12 +60,13 @@ class ChaosState(Engine):
         upstream URL."""
         redactor = Redactor(config.secrets)
         upstream = writer = None
+        servers: dict[str, Upstream] | None = None
         if config.mode is not Mode.REPLAY:
-            if not config.upstream:
+            if not config.upstream and not config.mcp_upstreams:
                 raise ConfigError(f"--mode {config.mode.value} needs an upstream URL")
             from chaosllm.record.proxy import Upstream  # a replaying server never needs it
 
-            upstream = Upstream(config.upstream)
+            upstream = Upstream(config.upstream) if config.upstream else None
             servers = {name: Upstream(url) for name, url in config.mcp_upstreams.items()}
         if config.mode in (Mode.RECORD, Mode.RECORD_MISSING):
             if config.record_dir is None:
@@ -79,8 +80,7 @@ class ChaosState(Engine):
         state = cls(config, store, redactor=redactor, clock=clock)
         state.upstream = upstream
         state.writer = writer
-        if upstream is not None:
-            state.servers = servers
+        state.servers = servers
         return state
 
     def handle(self, call: ProviderCall, *, turn: int | None = None) -> Decision:

@@ -227,6 +227,7 @@ class Provider:
     render_key = _Delegated("codec", Codec.render_key)
     served_answer = _Delegated("codec", Codec.served_answer)
     estimated = _Delegated("codec", Codec.estimated)
+    journal_fields = _Delegated("codec", Codec.journal_fields)
     fresh_ids = _Delegated("codec", Codec.fresh_ids)
     id_template = _Delegated("codec", Codec.id_template)
     recorded_ids = _Delegated("codec", Codec.recorded_ids)

@@ -253,6 +253,12 @@ class Codec(abc.ABC):
         journal's ``estimated``); none by default."""
         return ()
 
+    def journal_fields(self, body: JSON) -> dict[str, Any]:
+        """What the journal record of request `body` says besides its head, replayed or
+        proxied (an MCP request's JSON-RPC ``method``, ``tool``, ``rpc_id``); nothing by
+        default."""
+        return {}
+
     def _recorded_frames(
         self, response: RecordedResponse, options: Mapping[str, Any], request: JSON
     ) -> Sequence[RecordedChunk]:

@@ -62,6 +62,7 @@ __all__ = [
     "server_of",
     "sse_frame",
     "tool_of",
+    "with_event_id",
 ]
 
 PATH_TEMPLATE: Final = "/mcp/{server}"
@@ -165,6 +166,13 @@ def error_message(rpc: Any, code: int, message: str, data: JSON = None) -> dict[
 def sse_frame(message: JSON) -> str:
     """One JSON-RPC message as an SSE event, as the MCP SDK's servers send it."""
     return f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n"
+
+
+def with_event_id(frame: bytes, event_id: str, retry_ms: int | None = None) -> bytes:
+    """An SSE event with an ``id`` field (its place in its stream, what a client resumes
+    from with ``Last-Event-ID``) and, when given, a ``retry`` field."""
+    head = f"id: {event_id}\n" + (f"retry: {retry_ms}\n" if retry_ms is not None else "")
+    return head.encode("ascii") + frame
 
 
 def _frame_messages(frame: str) -> list[JSON]:
@@ -309,6 +317,17 @@ class McpCodec(Codec):
 
     def estimated(self, response: RecordedResponse, body: JSON) -> tuple[str, ...]:
         return ()
+
+    def journal_fields(self, body: JSON) -> dict[str, Any]:
+        method = body.get("method") if isinstance(body, dict) else None
+        fields: dict[str, Any] = {"method": method if isinstance(method, str) else "(response)"}
+        tool = tool_of(body)
+        if tool is not None:
+            fields["tool"] = tool
+        rpc = rpc_id(body)
+        if isinstance(rpc, (str, int)) and not isinstance(rpc, bool):
+            fields["rpc_id"] = rpc
+        return fields
 
 
 class McpErrors(Errors):

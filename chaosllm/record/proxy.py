@@ -489,8 +489,12 @@ class ProxyCall:
     timing: float = 0.0
     """How recorded gaps scale in a faulted plan (as in replay)."""
     extra_headers: tuple[tuple[str, str], ...] = ()
+    """chaosllm's headers on the answer (each replaces the upstream's of its name)."""
     target: str | None = None
     """The path sent upstream, when not the provider's for `path` (a named server's URL)."""
+    answer_head: Callable[[Sequence[tuple[bytes, bytes]]], None] | None = None
+    """Sees the upstream's answer head once it arrives (record-missing learns the MCP
+    upstream's session id from it)."""
     _raw_extra: list[tuple[bytes, bytes]] = field(default_factory=list, init=False)
 
     @property
@@ -555,6 +559,8 @@ class ProxyCall:
         except UpstreamError as exc:
             call.plan = self._failure_plan(exc)
             return
+        if self.answer_head is not None:
+            self.answer_head(response.headers)
         try:
             self.amend(status=response.status)
             if self.fault_hook is None:
@@ -625,10 +631,13 @@ class ProxyCall:
     def _client_head(
         self, response: Answer, *, drop: frozenset[str] = frozenset()
     ) -> list[tuple[bytes, bytes]]:
+        ours = {name.lower() for name, _ in self.extra_headers}
         return [
             (name, value)
             for name, value in response.headers
-            if (lowered := name.decode("latin-1").lower()) not in HOP_BY_HOP and lowered not in drop
+            if (lowered := name.decode("latin-1").lower()) not in HOP_BY_HOP
+            and lowered not in drop
+            and lowered not in ours
         ] + self._raw_extra
 
     def _dropped(self, exc: DroppedMidAnswer, then: str) -> None:

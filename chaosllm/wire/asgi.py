@@ -194,6 +194,8 @@ async def _send_degraded(
     if sink.gone:
         report.outcome = Outcome.CLIENT_GONE
         return
+    if report.outcome is Outcome.CANCELLED:
+        return
     report.outcome = Outcome.COMPLETE
     if program.abort is not None:
         raise PlanAborted(f"chaosllm: aborting the connection to emulate {program.abort}")

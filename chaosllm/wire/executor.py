@@ -7,10 +7,16 @@ sink says when the client has left (or the socket is closed) by returning False,
 ends the program with `Outcome.CLIENT_GONE`. The callback executor
 (`chaosllm.wire.player`) takes the same steps from the event loop's callbacks, and hands
 a program it cannot finish there to this one, from the segment it reached.
+
+A wait of the program (a delay, a stall) also ends when the engine stops the answer
+(`PlanReport.stop`: the client cancelled the request): the connection is closed there,
+the outcome `Outcome.CANCELLED`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Protocol, TypeVar
 
 from chaosllm.core.report import Outcome, PlanReport
@@ -50,6 +56,10 @@ async def execute(program: Steps[T], sink: Sink[T], report: PlanReport, start: i
     connection can serve another request after it."""
     try:
         done = await _steps(program, sink, report, start)
+    except _Stopped:
+        await sink.close()
+        report.outcome = Outcome.CANCELLED
+        return False
     except BaseException:
         report.outcome = Outcome.ERROR
         raise
@@ -58,6 +68,40 @@ async def execute(program: Steps[T], sink: Sink[T], report: PlanReport, start: i
         return False
     report.outcome = Outcome.COMPLETE
     return program.keep
+
+
+class _Stopped(Exception):
+    """The engine stopped the answer during a wait (`PlanReport.stop`)."""
+
+
+async def _pause(sink: Sink[T], seconds: float, report: PlanReport) -> bool:
+    """`sink.pause(seconds)`, ended early by `report.stop` (raising `_Stopped`)."""
+    if report.stopped:
+        raise _Stopped
+    loop = asyncio.get_running_loop()
+    stopped = loop.create_future()
+
+    def settle() -> None:
+        if not stopped.done():
+            stopped.set_result(None)
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(settle)
+
+    forget = report.on_stop(wake)
+    waiting = asyncio.ensure_future(sink.pause(seconds))
+    try:
+        await asyncio.wait((waiting, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        forget()
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+        stopped.cancel()
+    if report.stopped:
+        raise _Stopped
+    return waiting.result()
 
 
 async def _steps(program: Steps[T], sink: Sink[T], report: PlanReport, start: int) -> bool:
@@ -69,7 +113,7 @@ async def _steps(program: Steps[T], sink: Sink[T], report: PlanReport, start: in
         return False
     for index in range(start, len(segments)):
         delay, data, frames, size, head = segments[index]
-        if delay > 0 and not await sink.pause(delay):
+        if delay > 0 and not await _pause(sink, delay, report):
             return False
         if not await sink.write(program.first() if index == 0 else data):
             return False
@@ -86,7 +130,7 @@ async def _steps(program: Steps[T], sink: Sink[T], report: PlanReport, start: in
     elif ending == RST:
         await sink.reset()
     else:
-        if program.stall_s > 0 and not await sink.pause(program.stall_s):
+        if program.stall_s > 0 and not await _pause(sink, program.stall_s, report):
             return False
         await sink.close()
     return True

@@ -454,7 +454,8 @@ class Connection(asyncio.Protocol):
                 logger.error("ASGI application returned without starting a response")
                 self._internal_error(req.path)
             elif not cycle.complete:
-                logger.error("ASGI application returned without completing the response")
+                if not (self.eof or self.closed):  # else the client left first: no error
+                    logger.error("ASGI application returned without completing the response")
                 self.must_close = True
             else:
                 keep = cycle.keep

@@ -6,9 +6,10 @@ docs/mcp.md's table says."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -22,7 +23,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from chaosllm.server import ChaosServer
-from tests.mcp_server import recording_turn
+from tests.helpers import loopback_upstream
+from tests.mcp_server import ScriptedModel, recording_turn
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -131,3 +133,46 @@ def test_what_pydantic_ai_does_with_each_mcp_fault(chaos: ChaosServer, kind: str
     names = [f.name for f in chaos.verdict(SESSION)]
     assert "tool_error_hidden_from_model" not in names
     assert "tool_executed_twice_after_retry" not in names
+
+
+@pytest.mark.parametrize("behavior", ["retry", "failed"])
+def test_a_tool_error_reaches_the_model_in_record_missing(
+    recorded: Path, tmp_path: Path, behavior: Literal["retry", "failed"]
+) -> None:
+    """``tool_error`` with the flow not recorded: in record-missing mode the loopback
+    model answers the request nobody recorded, and that request (recorded now) carries
+    the tool's text, as a retry prompt (``"retry"``) or the failed call's result
+    (``"failed"``). The result keeps the recorded envelope: FastMCP's client requires
+    its ``resultType`` (without, it refused the result and the model got its validation
+    error instead)."""
+    record_dir = tmp_path / "rec"
+    shutil.copytree(recorded, record_dir)
+    before = set(record_dir.rglob("*.json"))
+    with (
+        loopback_upstream(ScriptedModel) as model,
+        ChaosServer(record_dir, mode="record-missing", upstream=model) as chaos,
+    ):
+        chaos.arm({"type": "tool_error", "message": "index offline", "match": {"tool": "search"}})
+
+        async def turn() -> str:
+            client = AsyncOpenAI(
+                base_url=f"{chaos.url}/v1", api_key="test", max_retries=0, default_headers=HEADERS
+            )
+            tools: MCPToolset[Any] = MCPToolset(
+                f"{chaos.url}/mcp/search", headers=HEADERS, tool_error_behavior=behavior
+            )
+            model_ = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
+            agent = Agent(model_, toolsets=[tools], instructions="Use the search tool.")
+            with anyio.fail_after(60):
+                async with client:
+                    return str((await agent.run(QUESTION)).output)
+
+        assert anyio.run(turn) == ANSWER  # the loopback model answered from the error
+        journal = chaos.requests(SESSION)
+        names = [f.name for f in chaos.verdict(SESSION)]
+    (call,) = [e for e in journal if e["method"] == "tools/call"]
+    assert call["fault"]["type"] == "tool_error"
+    assert journal[-1]["path"] == "/v1/chat/completions" and journal[-1]["match"] == "upstream"
+    (new,) = set(record_dir.rglob("*.json")) - before  # the model request nobody recorded
+    assert "index offline" in new.read_text()
+    assert "tool_error_hidden_from_model" not in names

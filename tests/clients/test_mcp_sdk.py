@@ -14,6 +14,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -72,10 +73,9 @@ def test_a_session_recorded_through_chaosllm_replays_with_the_server_stopped(
 ) -> None:
     record_dir = tmp_path / "rec"
     with serving_mcp() as (upstream, server):
-        with ChaosServer(
+        with ChaosServer(  # --mcp-upstream alone: no --upstream
             tmp_path / "none",
             mode="record",
-            upstream="http://127.0.0.1:9",
             mcp_upstreams={"search": upstream},
             record_dir=record_dir,
         ) as chaos:
@@ -85,6 +85,9 @@ def test_a_session_recorded_through_chaosllm_replays_with_the_server_stopped(
                     return await agent_session(client)
 
             recorded = run(record)
+            # a model request (no upstream for it) gets a 502 saying so
+            model = httpx2.post(f"{chaos.url}/v1/chat/completions", json={"model": "m"})
+            assert model.status_code == 502 and "--mcp-upstream" in model.text
         assert server.calls == ["chaos"]
     files = sorted(record_dir.rglob("*.json"))
     assert len(files) >= 6  # initialize, tools/list, tools/call, resources, read, prompt
@@ -212,16 +215,37 @@ def test_mcp_stream_drop_sends_progress_and_never_the_result(recorded: Path) -> 
     assert seen == [0.5] and "without a response" in error.message
 
 
+def test_a_resumable_stream_drop_is_resumed_by_the_sdk(recorded: Path) -> None:
+    """With ``retry_ms`` the dropped stream's events carry ids: the SDK reconnects with a
+    GET and ``Last-Event-ID`` and gets the rest, the result too."""
+    seen: list[float] = []
+
+    async def resumed(client: Client) -> Any:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        return await client.call_tool("search", {"q": "chaos"}, progress_callback=on_progress)
+
+    spec = {**DROP, "retry_ms": 10, "match": {"tool": "search"}}
+    result, journal = faulted(recorded, spec, resumed)
+    assert result.structured_content == {"hits": 5, "query": "chaos"} and seen == [0.5]
+    (call,) = [e for e in journal if e["method"] == "tools/call"]
+    assert call["fault"]["type"] == "mcp_stream_drop"  # called once: resumed, not retried
+
+
 def test_mcp_timeout_leaves_the_client_to_its_read_timeout(recorded: Path) -> None:
     async def timed_out(client: Client) -> Any:
         with pytest.raises(MCPError) as raised:
             await client.call_tool("search", {"q": "chaos"}, read_timeout_seconds=0.5)
         return raised.value
 
-    spec = {"type": "mcp_timeout", "max_ms": 5000, "match": {"tool": "search"}}
+    spec = {"type": "mcp_timeout", "max_ms": 30_000, "match": {"tool": "search"}}
     error, journal = faulted(recorded, spec, timed_out)
     assert "Timed out" in error.message or "timed out" in error.message.lower()
-    assert any(e["method"] == "notifications/cancelled" for e in journal)  # cancellation sent
+    # the SDK cancels the call it gave up on; chaosllm stops the silent answer there
+    call = next(e for e in journal if e["method"] == "tools/call")
+    cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
+    assert cancel["cancels"] == call["seq"] and call["outcome"] == "cancelled"
 
 
 def test_tools_changed_notifies_and_lists_other_tools(recorded: Path) -> None:
@@ -248,3 +272,95 @@ def test_bad_tool_output_fails_the_sdk_schema_check(recorded: Path) -> None:
 
     error, _ = faulted(recorded, {"type": "bad_tool_output"}, checked)
     assert "Invalid structured content" in str(error)
+
+
+# -- record-missing: chaosllm's session, the upstream's own behind it --------------------------
+
+
+@pytest.mark.parametrize("stateless", [False, True], ids=["sessions", "stateless-upstream"])
+def test_record_missing_keeps_its_session_and_opens_the_upstreams(
+    tmp_path: Path, stateless: bool
+) -> None:
+    """The SDK client's session is chaosllm's throughout: what is recorded is replayed,
+    what is not goes to the upstream within an upstream session of its own (opened by a
+    proxied initialize, or with the client's initialize when the first miss needs it)."""
+    record_dir = tmp_path / "rec"
+    record_dir.mkdir()
+
+    async def calls(url: str, *queries: str) -> list[Any]:
+        async with connect(url) as client:
+            await client.list_tools()
+            return [
+                (await client.call_tool("search", {"q": q})).structured_content for q in queries
+            ]
+
+    with serving_mcp(stateless=stateless) as (upstream, server):
+        options: dict[str, Any] = {"mode": "record-missing", "mcp_upstreams": {"search": upstream}}
+        with ChaosServer(record_dir, **options) as chaos:  # nothing recorded: all proxied
+            first = run(lambda: calls(f"{chaos.url}/mcp/search", "chaos"))
+            minted = [e for e in chaos.requests() if e["method"] == "initialize"]
+        with ChaosServer(record_dir, **options) as chaos:  # initialize replayed, one new call
+            second = run(lambda: calls(f"{chaos.url}/mcp/search", "chaos", "tools"))
+            journal = chaos.requests()
+        assert server.calls == ["chaos", "tools"]  # the recorded call was not asked again
+    assert first == [{"hits": 5, "query": "chaos"}] and minted[0]["match"] == "upstream"
+    assert second == [{"hits": 5, "query": "chaos"}, {"hits": 5, "query": "tools"}]
+    matches = {e["method"] + ":" + str(e.get("tool")): e["match"] for e in journal}
+    assert matches["initialize:None"] == "exact" and matches["tools/list:None"] == "exact"
+    assert [e["match"] for e in journal if e.get("tool") == "search"] == ["exact", "upstream"]
+    with ChaosServer(record_dir) as chaos:  # the upstream is stopped: both calls replay
+        assert run(lambda: calls(f"{chaos.url}/mcp/search", "chaos", "tools")) == second
+
+
+# -- the older HTTP+SSE transport (2024-11-05), for old clients ---------------------------------
+
+
+def test_the_http_sse_transport_replays_and_breaks_for_old_clients(recorded: Path) -> None:
+    """The SDK's ``sse_client`` (GET ``/mcp/search/sse``, POSTs to the endpoint it names)
+    replays what was recorded over streamable HTTP, meets the faults, and its messages
+    are journalled as the streamable endpoint's."""
+
+    async def old_client(url: str) -> dict[str, Any]:
+        async with Client(
+            sse_client(url, headers={"x-chaosllm-session": "old"}), mode="legacy"
+        ) as c:
+            return await agent_session(c)
+
+    with ChaosServer(recorded) as chaos:
+        replayed = run(lambda: old_client(f"{chaos.url}/mcp/search/sse"))
+        chaos.arm({"type": "tool_error", "message": "offline", "match": {"tool": "search"}})
+
+        async def broken() -> Any:
+            async with Client(sse_client(f"{chaos.url}/mcp/search/sse"), mode="legacy") as c:
+                return await c.call_tool("search", {"q": "chaos"})
+
+        result = run(broken)
+        journal = chaos.requests("old")
+    assert replayed["result"] == {"hits": 5, "query": "chaos"} and replayed["progress"] == [0.5]
+    assert replayed["readme"] == "chaosllm breaks tool servers on purpose."
+    assert result.is_error is True and result.content[0].text == "offline"
+    methods = [e["method"] for e in journal]
+    assert methods[:3] == ["initialize", "notifications/initialized", "tools/list"]
+    assert all(e["path"] == "/mcp/search" for e in journal)
+
+
+def test_a_cancelled_call_over_http_sse_is_journalled_so(recorded: Path) -> None:
+    """``mcp_timeout`` on the older transport: the SDK gives up and cancels; the silent
+    call's entry says ``cancelled`` and the cancellation names it."""
+    with ChaosServer(recorded) as chaos:
+        chaos.arm({"type": "mcp_timeout", "max_ms": 30_000, "match": {"tool": "search"}})
+
+        async def timed_out() -> Any:
+            async with Client(sse_client(f"{chaos.url}/mcp/search/sse"), mode="legacy") as c:
+                with pytest.raises(MCPError) as raised:
+                    await c.call_tool("search", {"q": "chaos"}, read_timeout_seconds=0.5)
+                await c.list_tools()  # then a request the stream answers: it got the cancel
+                return raised.value
+
+        error = run(timed_out)
+        journal = chaos.requests()
+    assert "timed out" in error.message.lower()
+    call = next(e for e in journal if e["method"] == "tools/call")
+    cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
+    assert cancel["cancels"] == call["seq"] and call["outcome"] == "cancelled"
+    assert all(e["outcome"] != "pending" for e in journal)

@@ -53,6 +53,12 @@ async def session(params: StdioServerParameters) -> dict[str, Any]:
         }
 
 
+def messages(error: BaseException) -> str:
+    """An error's text and those of the errors it groups."""
+    grouped: tuple[BaseException, ...] = getattr(error, "exceptions", ())
+    return " | ".join([str(error), *(messages(e) for e in grouped)])
+
+
 def test_record_then_replay_then_break_over_stdio(tmp_path: Path) -> None:
     record_dir = tmp_path / "rec"
     recorded = run(lambda: session(bridge("--record-dir", str(record_dir), "--", *SERVER)))
@@ -75,3 +81,43 @@ def test_record_then_replay_then_break_over_stdio(tmp_path: Path) -> None:
     broken = bridge("--replay", "--recordings", str(record_dir), "--faults", str(faults))
     got = run(lambda: session(broken))
     assert got["is_error"] is True and got["text"] == "down"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"type": "tool_error", "message": "down"}, {"is_error": True, "text": "down"}),
+        ({"type": "bad_tool_output"}, "Invalid structured content"),
+    ],
+    ids=["answers-alone", "breaks-the-answer"],
+)
+def test_faults_apply_while_recording_over_stdio(
+    tmp_path: Path, spec: dict[str, Any], expected: Any
+) -> None:
+    """Recording with ``--faults``: the agent gets the broken answer, the recording keeps
+    the server's, and ``--journal`` says which fault fired."""
+    record_dir, faults, journal = tmp_path / "rec", tmp_path / "faults.json", tmp_path / "j.jsonl"
+    faults.write_text(json.dumps({**spec, "match": {"server": "search", "tool": "search"}}))
+    params = bridge(
+        "--record-dir", str(record_dir), "--faults", str(faults), "--journal", str(journal),
+        "--", *SERVER,
+    )  # fmt: skip
+    if isinstance(expected, str):
+
+        async def broken() -> Any:
+            with pytest.raises(Exception) as raised:  # over stdio: in an exception group
+                await session(params)
+            return messages(raised.value)
+
+        assert expected in run(broken)
+    else:
+        got = run(lambda: session(params))
+        assert {k: got[k] for k in expected} == expected
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert all(e["outcome"] == "complete" for e in entries)
+    call = next(e for e in entries if e["method"] == "tools/call")
+    assert call["fault"]["type"] == spec["type"] and call["tool"] == "search"
+    bodies = [json.loads(f.read_text())["response"]["body"] for f in record_dir.rglob("*.json")]
+    (answer,) = [b for b in bodies if "structuredContent" in json.dumps(b)]
+    assert answer["result"]["structuredContent"] == {"hits": 5, "query": "stdio"}
+    assert answer["result"]["isError"] is False

@@ -30,6 +30,7 @@ DELEGATED = {
         "render_key",
         "served_answer",
         "estimated",
+        "journal_fields",
         "fresh_ids",
         "id_template",
         "recorded_ids",

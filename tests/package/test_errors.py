@@ -25,6 +25,9 @@ OUTSIDE_THE_TREE = {
     "`except ChaosLLMError` swallow that signal",
     "chaosllm.http.guards._TooLarge": "private: the body-limit middleware raises it out of its "
     "own receive wrapper and catches it around the app to answer 413; it never reaches a caller",
+    "chaosllm.wire.executor._Stopped": "private: the awaiting executor raises it out of a wait "
+    "the engine stopped (a cancelled MCP request) and catches it in `execute` to close the "
+    "connection; it never reaches a caller",
 }
 
 
@@ -165,6 +168,10 @@ def test_a_mode_without_what_it_needs_is_a_config_error(tmp_path: Path) -> None:
         proxy_dirs(Mode.RECORD, upstream="http://127.0.0.1:9", recordings=None, record_dir=None)
     assert proxy_dirs(
         Mode.RECORD, upstream="http://127.0.0.1:9", recordings=None, record_dir=tmp_path
+    ) == ([tmp_path], tmp_path)
+    servers = {"search": "http://127.0.0.1:9/mcp"}  # --mcp-upstream alone is an upstream
+    assert proxy_dirs(
+        Mode.RECORD, upstream=None, recordings=None, record_dir=tmp_path, servers=servers
     ) == ([tmp_path], tmp_path)
 
 

@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import pickle
 import re
+import threading
 from dataclasses import dataclass, field
 
 import h11
@@ -340,3 +341,30 @@ def test_a_plan_keeps_its_programs_and_its_value() -> None:
     assert ResponsePlan(*(getattr(plan, f.name) for f in dataclasses.fields(plan))) == plan
     copied = pickle.loads(pickle.dumps(plan))
     assert copied == plan and not hasattr(copied, "compiled")
+
+
+# -- a stopped answer (the client cancelled it) -------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_stopped_stall_ends_at_once_and_says_cancelled(when: str) -> None:
+    """`PlanReport.stop` (from another thread, as the engine calls it) ends a stall of
+    an hour where it is: the head was written, the connection closed with a FIN."""
+    plan = ResponsePlan(status=200, headers=(), pieces=(), ending=Ending.STALL, stall_ms=3.6e6)
+    program = compile_program(plan, is_head=False, http10=False, keep_alive=True, close=False)
+
+    async def run() -> tuple[Line, PlanReport, bool]:
+        loop = asyncio.get_running_loop()
+        line = Line(loop, Pacer(loop))
+        report = PlanReport()
+        if when == "before":
+            assert report.stop()
+        else:
+            loop.call_later(0.01, lambda: threading.Thread(target=report.stop).start())
+        keep = await asyncio.wait_for(execute(program, Sink(line), report), 10)
+        return line, report, keep
+
+    line, report, keep = asyncio.run(run())
+    assert report.outcome is Outcome.CANCELLED and report.head_sent and not keep
+    assert line.end == "fin" and line.waiters == []
+    assert not report.stop()  # over: stopping again changes nothing

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chaosllm.core.mcp import sessions_of
 from chaosllm.server import ChaosServer
 from tests.helpers import read_head, read_until_eof
 from tests.mcp_helpers import INIT_PARAMS, QUERY, write_recordings
@@ -104,6 +106,7 @@ def test_a_session_on_a_raw_socket(server: ChaosServer) -> None:
         (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', {}, 400, -32600),
         (rpc("tools/list"), {}, 400, -32600),  # no session id
         (rpc("tools/list"), {"mcp-session-id": "never-minted"}, 404, -32600),
+        (rpc("ping"), {"mcp-protocol-version": "1999-01-01"}, 400, -32600),
         (
             b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * 5000 + b'"}',
             {},
@@ -111,7 +114,7 @@ def test_a_session_on_a_raw_socket(server: ChaosServer) -> None:
             None,
         ),
     ],
-    ids=["malformed", "batch", "no-session", "unknown-session", "oversized"],
+    ids=["malformed", "batch", "no-session", "unknown-session", "bad-version", "oversized"],
 )
 def test_bad_input_gets_the_transport_answers(
     server: ChaosServer, body: bytes, headers: dict[str, str], status: int, code: int | None
@@ -194,3 +197,113 @@ def test_bad_tool_output_on_a_raw_socket(server: ChaosServer) -> None:
     status, events = _call_with(server, {"type": "bad_tool_output"})
     hits = events[-1]["result"]["structuredContent"]["hits"]
     assert status == 200 and not isinstance(hits, int)
+
+
+def test_a_cancelled_mcp_timeout_ends_its_stream(server: ChaosServer) -> None:
+    """The client's ``notifications/cancelled`` stops the silent answer at once (not at
+    max_ms) and the journal says which request it cancelled."""
+    with_session = _session(server)
+    server.arm({"type": "mcp_timeout", "max_ms": 30_000, "match": {"tool": "search"}})
+    head = {
+        "host": f"127.0.0.1:{server.port}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "content-length": str(len(CALL)),
+        **with_session,
+    }
+    lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"POST /mcp/search HTTP/1.1\r\n{lines}\r\n".encode() + CALL)
+        status, _, _ = read_head(sock)
+        assert status == 200
+        started = time.monotonic()
+        note = rpc("notifications/cancelled", None, {"requestId": 7, "reason": "timeout"})
+        assert send(server, "POST", note, with_session)[0] == 202
+        rest = read_until_eof(sock)  # the stream is closed: no result ever came
+        waited = time.monotonic() - started
+    assert waited < 5 and b'"result"' not in rest
+    journal = server.requests()
+    call = next(e for e in journal if e["method"] == "tools/call")
+    cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
+    assert call["outcome"] == "cancelled" and call["rpc_id"] == 7
+    assert cancel["cancels"] == call["seq"]
+
+
+# -- the GET stream: server notifications, Last-Event-ID ---------------------------------
+
+
+def _open_get(server: ChaosServer, headers: dict[str, str]) -> socket.socket:
+    """A GET stream of the session, open, its head read."""
+    head = {"host": f"127.0.0.1:{server.port}", "accept": "text/event-stream", **headers}
+    lines = "".join(f"{k}: {v}\r\n" for k, v in head.items())
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(f"GET /mcp/search HTTP/1.1\r\n{lines}\r\n".encode())
+    status, _, _ = read_head(sock)
+    assert status == 200
+    return sock
+
+
+def test_tools_changed_is_sent_on_the_open_get_stream(server: ChaosServer) -> None:
+    with_session = _session(server)
+    session = sessions_of(server.state).get(with_session["mcp-session-id"], "search")
+    assert session is not None
+    with _open_get(server, with_session) as stream:
+        deadline = time.monotonic() + 5
+        while not session.listeners:  # the stream is listening once its body begins
+            assert time.monotonic() < deadline, "the GET stream never listened"
+            time.sleep(0.01)
+        server.arm({"type": "tools_changed", "match": {"tool": "search"}})
+        status, _, body = send(server, "POST", CALL, with_session)
+        assert status == 200 and b"list_changed" not in body  # not on the answer: once only
+        got = b""
+        while b"list_changed" not in got:
+            got += stream.recv(65536)
+    assert b"id: 0-1\n" in got and b'"notifications/tools/list_changed"' in got
+
+
+def test_a_resumable_stream_drop_resumes_with_last_event_id(server: ChaosServer) -> None:
+    with_session = _session(server)
+    server.arm({"type": "mcp_stream_drop", "after_events": 1, "retry_ms": 10})
+    status, _, body = send(server, "POST", CALL, with_session)
+    assert status == 200 and b"id: 1-1\nretry: 10\n" in body
+    assert [e.get("method") for e in _events(body)] == ["notifications/progress"]
+    got = send(server, "GET", b"", {**with_session, "last-event-id": "1-1"})
+    status, _, rest = got
+    (result,) = _events(rest)
+    assert status == 200 and b"id: 1-2\n" in rest and result["result"]["structuredContent"]
+    assert result["id"] == 7  # the live request's id
+    refused = send(server, "GET", b"", {**with_session, "last-event-id": "9-1"})
+    assert refused[0] == 400  # no stream of the session to resume
+
+
+# -- the older HTTP+SSE transport (2024-11-05) ---------------------------------------------
+
+
+def test_the_http_sse_transport_on_a_raw_socket(server: ChaosServer) -> None:
+    head = f"GET /mcp/search/sse HTTP/1.1\r\nhost: 127.0.0.1:{server.port}\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sse:
+        sse.sendall(f"{head}accept: text/event-stream\r\n\r\n".encode())
+        status, _, got = read_head(sse)
+        while b"\n\n" not in got:
+            got += sse.recv(65536)
+        assert status == 200 and b"event: endpoint" in got
+        endpoint = next(line for line in got.split(b"\n") if line.startswith(b"data: "))[6:]
+        path = endpoint.decode().strip()
+        assert path.startswith("/mcp/search/messages/?session_id=")
+
+        def post(body: bytes, target: str = path) -> int:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(
+                    f"POST {target} HTTP/1.1\r\nhost: 127.0.0.1:{server.port}\r\n"
+                    f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+                    f"connection: close\r\n\r\n".encode()
+                    + body
+                )
+                return read_whole(sock)[0]
+
+        assert post(rpc("initialize", 1, INIT_PARAMS)) == 202
+        while b'"serverInfo"' not in got:
+            got += sse.recv(65536)
+        assert b"event: message\r\n" not in got and b'"id": 1' in got
+        assert post(b"{nope") == 400
+        assert post(rpc("ping"), "/mcp/search/messages/?session_id=unknown") == 404
