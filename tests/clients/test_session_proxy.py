@@ -16,7 +16,8 @@ import openai
 import pytest
 from google.genai import types
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, ConnectionClosedOK
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
+from websockets.sync.connection import Connection
 
 from chaosllm import ChaosServer
 from tests.helpers import RECORDINGS
@@ -76,7 +77,7 @@ def ws_url(server: ChaosServer) -> str:
     return server.url.replace("http://", "ws://") + "/v1/realtime?model=gpt-realtime"
 
 
-def turn(ws: ClientConnection, text: str) -> list[Any]:
+def turn(ws: Connection, text: str) -> list[Any]:
     """One turn on an open session: the event types (raw text that is not JSON as
     ``("not json", text)``) up to ``response.done``, or the ConnectionClosed last (the
     previous turn's trailing ``rate_limits.updated`` skipped)."""
