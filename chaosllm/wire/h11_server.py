@@ -109,6 +109,10 @@ _GONE_ERRORS: Final = (
     anyio.ClosedResourceError,
     OSError,
 )
+_HALF_CLOSE_ERRORS: Final = (*_GONE_ERRORS, RuntimeError, NotImplementedError, TypeError)
+"""What a half-close (``send_eof``) raises on a socket that cannot take one: uvloop's
+transport once the peer's reset closed it (RuntimeError, anyio passes it on); a TLS
+stream without half-close (NotImplementedError, or TypeError once its session ended)."""
 
 
 def _buffered(conn: h11.Connection) -> int:
@@ -289,6 +293,8 @@ class H11WireServer(ServerCore):
                 if not isinstance(connection.stream, TLSStream):
                     return
             await connection.run()
+        except Exception:  # one connection's failure never ends the server's task group
+            logger.exception("connection handler failed")
         finally:
             self._connections.discard(connection)
             slots.release()
@@ -632,9 +638,7 @@ class _Connection:
         self.closed = True
         self.head_scope = None
         with anyio.CancelScope(shield=True):
-            # (a TLS stream may have no half-close: anyio raises NotImplementedError, or
-            # TypeError once its session has ended; the close follows either way)
-            with contextlib.suppress(*_GONE_ERRORS, NotImplementedError, TypeError):
+            with contextlib.suppress(*_HALF_CLOSE_ERRORS):  # the close follows either way
                 await self.stream.send_eof()
             try:
                 await self.stream.aclose()
@@ -687,7 +691,7 @@ class _Connection:
             return
         # Lingering close: stop sending, drain what the client is still uploading for a
         # moment, so that it reads the 413 instead of a reset.
-        with contextlib.suppress(*_GONE_ERRORS):
+        with contextlib.suppress(*_HALF_CLOSE_ERRORS):
             await self.stream.send_eof()
         with anyio.move_on_after(LINGER_S):
             while await self._recv():
