@@ -53,18 +53,22 @@ for `graceful_timeout_s`, then cancels them; every socket is closed on the way.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import struct
 import threading
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.streams.stapled
 import h11
+from anyio._backends._asyncio import SocketStream as AsyncioSocketStream
+from anyio._backends._asyncio import StreamProtocol
+from anyio._backends._asyncio import TCPSocketListener as AsyncioListener
 
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
@@ -102,6 +106,10 @@ class _Gone(Exception):
 logger = logging.getLogger("chaosllm.wire")
 
 _READ_SIZE: Final = 65536
+_ACCEPT_BATCH: Final = 256
+"""The most connections accepted in one turn of the event loop."""
+_CHUNK_COST: Final = 64
+"""What a queued read holds besides its bytes (the bytes object, its deque slot)."""
 _RST_LINGER: Final = struct.pack("ii", 1, 0)
 _GONE_ERRORS: Final = (
     anyio.EndOfStream,
@@ -202,7 +210,7 @@ class H11WireServer(ServerCore):
         if from_socket is None:  # anyio < 4.7: no dual-stack wildcard
             return await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
         listeners: list[anyio.abc.SocketListener] = []
-        sockets = bind_sockets(self.host, self.port)
+        sockets = bind_sockets(self.host, self.port, receive_buffer=STASH_BYTES)
         try:
             for sock in sockets:
                 listeners.append(await from_socket(sock))
@@ -254,29 +262,42 @@ class H11WireServer(ServerCore):
     ) -> None:
         while True:
             try:
-                stream = await listener.accept()
+                accepted = await _accept(listener)
             except anyio.ClosedResourceError:
                 return
             except (OSError, anyio.BrokenResourceError) as exc:
                 logger.warning("accept() failed: %s", exc)
                 await anyio.sleep(0.05)
                 continue
-            if slots.value == 0 and self._idle:
-                # Full: the oldest idle connection makes room (idle ones go first).
-                oldest = next(iter(self._idle))
-                oldest.evict()
+            for index, item in enumerate(accepted):
+                if slots.value == 0 and self._idle:
+                    # Full: the oldest idle connection makes room (idle ones go first).
+                    oldest = next(iter(self._idle))
+                    oldest.evict()
+                try:
+                    try:
+                        slots.acquire_nowait()  # no turn of the loop per connection
+                    except anyio.WouldBlock:
+                        await slots.acquire()
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        for rest in accepted[index:]:
+                            await _discard(rest)
+                    raise
+                tg.start_soon(self._run_connection, item, slots)
+
+    async def _run_connection(
+        self, accepted: socket.socket | anyio.abc.SocketStream, slots: anyio.Semaphore
+    ) -> None:
+        connection: _Connection | None = None
+        try:
             try:
-                await slots.acquire()
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await stream.aclose()
-                raise
+                stream = await _open(accepted) if isinstance(accepted, socket.socket) else accepted
+            except OSError as exc:  # the client left before its connection was set up
+                logger.debug("setting up an accepted connection failed: %s", exc)
+                return
             connection = _Connection(self, stream)
             self._connections.add(connection)
-            tg.start_soon(self._run_connection, connection, slots)
-
-    async def _run_connection(self, connection: _Connection, slots: anyio.Semaphore) -> None:
-        try:
             if self.ssl is not None:
                 from anyio.streams.tls import TLSStream
 
@@ -296,10 +317,89 @@ class H11WireServer(ServerCore):
         except Exception:  # one connection's failure never ends the server's task group
             logger.exception("connection handler failed")
         finally:
-            self._connections.discard(connection)
+            if connection is not None:
+                self._connections.discard(connection)
+                if not connection.closed:
+                    await connection.close()
             slots.release()
             if self._drained is not None and not self._connections:
                 self._drained.set()
+
+
+async def _accept(
+    listener: anyio.abc.SocketListener,
+) -> list[socket.socket | anyio.abc.SocketStream]:
+    """The connections waiting on `listener` (at least one: waits for it). On asyncio,
+    every one waiting (up to `_ACCEPT_BATCH`), as sockets that their connection's task
+    sets up (`_open`): a loop busy with other connections accepts a burst in one turn,
+    not one connection every few turns. Elsewhere, anyio's accept."""
+    if not isinstance(listener, AsyncioListener):
+        return [await listener.accept()]
+    raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+    loop = asyncio.get_running_loop()
+    await anyio.lowlevel.checkpoint()
+    try:
+        sock, _ = await loop.sock_accept(raw)
+    except asyncio.CancelledError:
+        with contextlib.suppress(ValueError, NotImplementedError, OSError):
+            loop.remove_reader(raw)  # as anyio does (python/cpython#85489)
+        raise
+    accepted: list[socket.socket | anyio.abc.SocketStream] = [sock]
+    while len(accepted) < _ACCEPT_BATCH:
+        try:
+            sock, _ = raw.accept()
+        except OSError:  # none waiting, or a failure that the next accept reports
+            break
+        accepted.append(sock)
+    return accepted
+
+
+async def _open(sock: socket.socket) -> anyio.abc.SocketStream:
+    """An accepted socket as anyio's stream, as anyio's accept makes it (TCP_NODELAY),
+    on `_BoundedReads`."""
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.connect_accepted_socket(_BoundedReads, sock)
+    except BaseException:
+        sock.close()
+        raise
+    return AsyncioSocketStream(transport, protocol)
+
+
+async def _discard(accepted: socket.socket | anyio.abc.SocketStream) -> None:
+    if isinstance(accepted, socket.socket):
+        accepted.close()
+    else:
+        await accepted.aclose()
+
+
+class _BoundedReads(StreamProtocol):
+    """anyio's stream protocol (asyncio), with reading paused once the bytes it holds
+    unreceived pass `STASH_BYTES`, the builtin server's bound (`chaosllm.wire.flow`).
+
+    anyio pauses reading only once a receive has waited: meanwhile the event loop reads
+    all the client sends (uvloop: up to 32 reads of 256 KiB a wakeup), so a client that
+    pipelines and never reads its answers (each write waits for the socket) queued
+    megabytes, most of them before its connection's task first ran. This protocol is the
+    connection's from its first byte (`_accept`); paused, the kernel's TCP window stops
+    the client; anyio resumes reading when a receive finds the queue empty."""
+
+    held = 0
+    """At least the memory the queue holds (exact after each recount)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self.held += len(data) + _CHUNK_COST
+        if self.held > STASH_BYTES:  # recounted (receives took some): rarely, not per read
+            self.held = sum(len(chunk) + _CHUNK_COST for chunk in self.read_queue)
+            if self.held > STASH_BYTES:
+                self.transport.pause_reading()
 
 
 class _Connection:
@@ -338,11 +438,10 @@ class _Connection:
         self.client = address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
         self.server_address = address(stream.extra(anyio.abc.SocketAttribute.local_address, None))
         self._transport: Any = getattr(stream, "_transport", None)
-        """anyio's transport (asyncio): reading is paused after each receive (`_recv`)."""
-        # Once resumed, the event loop reads all the kernel holds before the task runs
-        # (libuv: up to 32 reads a wakeup): a small receive buffer bounds that.
+        """anyio's transport (asyncio): reading is paused after each receive (`_recv`),
+        and once what it queued unreceived is full (`_BoundedReads`)."""
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-        if raw is not None:
+        if raw is not None:  # what the kernel holds unread for us is bounded too
             with contextlib.suppress(OSError):
                 raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STASH_BYTES)
 
