@@ -188,7 +188,10 @@ class Connection(asyncio.Protocol):
             if self.closed:
                 return
             if not queue:
-                break
+                if not self.reader.rest:
+                    break
+                self.reader.feed(b"")  # what was held back while the queue was full
+                continue
             turn -= 1
             if turn < 0:  # fairness: the others' turn; the rest from the next iteration
                 self.flow.pause_reading()
