@@ -101,6 +101,11 @@ class Connection(asyncio.Protocol):
         self.upgraded = False
         """Handed over to a WebSocket (`chaosllm.wire.ws_protocol`), in `task`."""
         self.over_cap = False
+        self.turns = server.turns_of(loop)
+        self.deferred = False
+        """Waiting for its turn to answer what it read (`chaosllm.wire.flow.Turns`)."""
+        self.turn = -1
+        """The server's turn in which it last answered what it read."""
         self.must_close = False
         self.discarding = False
         # the socket
@@ -143,6 +148,8 @@ class Connection(asyncio.Protocol):
             return
         self.reader.feed(data)
         if not self.busy:
+            if self.served and not self.turns.take(self):
+                return  # the others' turn first (`Turns`); `take_turn` follows
             self._pump()
         elif not self.flow.read_paused and stash_full(
             len(self.queue), self.queued + self.reader.body_size
@@ -174,6 +181,11 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.flow.resume_writing()
+        if not self.busy and not self.closed:
+            self._pump()
+
+    def take_turn(self) -> None:
+        """This connection's turn, deferred by the server's `Turns`, has come."""
         if not self.busy and not self.closed:
             self._pump()
 

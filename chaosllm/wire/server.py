@@ -47,6 +47,7 @@ from chaosllm.wire.common import (
     bind_sockets,
     connection_cap,
 )
+from chaosllm.wire.flow import Turns
 from chaosllm.wire.pacer import Pacer
 from chaosllm.wire.protocol import Connection
 
@@ -84,6 +85,13 @@ class WireServer(ServerCore):
         self._full_warned = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pacer: Pacer | None = None
+        self.turns: Turns | None = None
+
+    def turns_of(self, loop: asyncio.AbstractEventLoop) -> Turns:
+        turns = self.turns
+        if turns is None or turns.loop is not loop:
+            turns = self.turns = Turns(loop)
+        return turns
 
     def pacer_of(self, loop: asyncio.AbstractEventLoop) -> Pacer:
         pacer = self.pacer

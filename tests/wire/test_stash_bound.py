@@ -17,7 +17,7 @@ import pytest
 
 from chaosllm.wire import WireServer
 from chaosllm.wire.asgi import Receive, Scope, Send
-from chaosllm.wire.flow import STASH_REQUESTS
+from chaosllm.wire.flow import ANSWERS_A_TURN, STASH_REQUESTS
 from chaosllm.wire.protocol import Connection
 from chaosllm.wire.reader import SLICE
 
@@ -87,10 +87,19 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 def _connect(loop: asyncio.AbstractEventLoop) -> tuple[Connection, _Transport]:
     server = WireServer(_echo)
     server.loop = loop
+    return _made(server)
+
+
+def _made(server: WireServer) -> tuple[Connection, _Transport]:
     conn = Connection(server)
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]  # all it uses
     return conn, transport
+
+
+def _settle_all(loop: asyncio.AbstractEventLoop, conns: list[Connection]) -> None:
+    for conn in conns:
+        _settle(loop, conn)
 
 
 def _settle(loop: asyncio.AbstractEventLoop, conn: Connection) -> None:
@@ -164,3 +173,33 @@ def test_a_large_body_behind_a_response_waits_and_is_then_read_whole(
         {"q": "n=1", "size": len(body)},
         {"q": "n=2", "size": 0},
     ]
+
+
+def test_answers_from_reads_are_spread_over_turns_and_a_new_connection_goes_first(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    server = WireServer(_echo)
+    server.loop = loop
+    sides = [_made(server) for _ in range(ANSWERS_A_TURN + 72)]
+    for i, (conn, _) in enumerate(sides):  # each served once: later reads take turns
+        conn.data_received(_get(i))
+    _settle_all(loop, [conn for conn, _ in sides])
+    answered = [len(_answers(transport)) for _, transport in sides]
+    assert answered == [1] * len(sides)
+
+    async def one_turn() -> tuple[list[int], int]:
+        # All in one callback, as the loop delivers reads: the second requests of every
+        # connection, then a new connection's first.
+        for i, (conn, _) in enumerate(sides):
+            conn.data_received(_get(1000 + i))
+        fresh, fresh_transport = _made(server)
+        fresh.data_received(_get(9999))
+        started = [int(conn.busy) + len(_answers(t)) - 1 for conn, t in sides]
+        return started, int(fresh.busy) + len(_answers(fresh_transport))
+
+    started, fresh_started = loop.run_until_complete(one_turn())
+    assert sum(started) == ANSWERS_A_TURN  # the rest wait for the loop's next turn
+    assert started == [1] * ANSWERS_A_TURN + [0] * 72  # in arrival order
+    assert fresh_started == 1  # a connection's first request is answered as it is read
+    _settle_all(loop, [conn for conn, _ in sides])
+    assert [len(_answers(t)) for _, t in sides] == [2] * len(sides)
