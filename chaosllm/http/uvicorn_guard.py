@@ -42,6 +42,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from email.utils import formatdate
 from typing import Any, Final
 
@@ -163,6 +164,8 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
             self._cl_last = now
             self._cl_rest = b""
             """Bytes received but not yet parsed: the stash was full (`_cl_feed`)."""
+            self._cl_cycles: deque[Any] = deque()
+            """The requests read whose response is not known to be complete, in order."""
             idle = self._cl_idle()
             if len(self.connections) > cap:
                 oldest = next(iter(idle), None)
@@ -180,6 +183,12 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
         def connection_lost(self, exc: Exception | None) -> None:
             self._cl_cancel()
             self._cl_idle().pop(self, None)
+            # uvicorn marks only the request read last as disconnected; one answering
+            # before it (pipelined) would write to the closed transport (a traceback).
+            for cycle in self._cl_cycles:
+                if not cycle.response_complete:
+                    cycle.disconnected = True
+            self._cl_cycles.clear()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -197,7 +206,9 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
                 self._cl_idle()[self] = None
             self._cl_progress(0, self.loop.time())
             rest = self._cl_rest
-            if rest:
+            if self.transport.is_closing():
+                self._cl_rest = b""  # nothing more is answered on this connection
+            elif rest:
                 self._cl_rest = b""
                 self._cl_feed(rest)
             elif self._cl_full():
@@ -214,6 +225,8 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
             start = 0
             end = len(data)
             while start < end:
+                if self.transport.is_closing():
+                    return
                 if self._cl_full():
                     self._cl_rest = data[start:]
                     self.flow.pause_reading()
@@ -252,6 +265,11 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
         def on_headers_complete(self) -> None:
             self._cl_trailing = True
             super().on_headers_complete()
+            cycles = self._cl_cycles
+            while cycles and cycles[0].response_complete:
+                cycles.popleft()
+            if self.cycle is not None and (not cycles or cycles[-1] is not self.cycle):
+                cycles.append(self.cycle)
 
         def on_header(self, name: bytes, value: bytes) -> None:
             # After the head, a field is a chunked body's trailer: uvicorn would append it

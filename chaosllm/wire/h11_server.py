@@ -91,7 +91,7 @@ from chaosllm.wire.common import (
     version_refusal,
 )
 from chaosllm.wire.executor import execute
-from chaosllm.wire.flow import STASH_BYTES
+from chaosllm.wire.flow import STASH_BYTES, Turns
 from chaosllm.wire.head import PHRASES, http_date, tokens
 from chaosllm.wire.program import program_for
 from chaosllm.wire.upgrade import is_upgrade
@@ -156,6 +156,8 @@ class H11WireServer(ServerCore):
         self._idle: dict[_Connection, None] = {}
         """Connections waiting for a request head with nothing of it received, oldest first."""
         self._portal: anyio.from_thread.BlockingPortal | None = None
+        self.turns: Turns | None = None
+        """Fairness between connections (`chaosllm.wire.flow.Turns`), on asyncio."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -235,6 +237,8 @@ class H11WireServer(ServerCore):
             self.bound = bound = address(sockname)
             assert bound is not None
             slots = anyio.Semaphore(connection_cap(self.max_connections))
+            if isinstance(listeners[0], AsyncioListener):
+                self.turns = Turns(asyncio.get_running_loop())
             try:
                 async with anyio.create_task_group() as connections:
                     async with anyio.create_task_group() as acceptors:
@@ -409,6 +413,7 @@ class _Connection:
         "_transport",
         "client",
         "closed",
+        "deferred",
         "evicted",
         "gone",
         "gone_event",
@@ -419,6 +424,8 @@ class _Connection:
         "server",
         "server_address",
         "stream",
+        "turn",
+        "waiter",
         "watching",
     )
 
@@ -433,6 +440,10 @@ class _Connection:
         self.planned = False
         """A plan answered the request: `h11` did not see the response."""
         self.watching = False
+        self.deferred = False
+        self.turn = -1
+        self.waiter: asyncio.Future[None] | None = None
+        """Set when the connection's turn comes (`_wait_turn`)."""
         self.gone_event: anyio.Event | None = None
         self.head_scope: anyio.CancelScope | None = None
         self.client = address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
@@ -452,9 +463,11 @@ class _Connection:
             first = True
             while True:
                 request = await self._read_request(first)
-                first = False
                 if request is None:
                     return
+                if not first:
+                    await self._wait_turn()
+                first = False
                 await self._run_app(*request)
                 if self.closed or self.gone or self.must_close or self.server.shutting_down:
                     return
@@ -663,6 +676,23 @@ class _Connection:
                 await self._internal_error(path)
             self.must_close = True
         return True
+
+    async def _wait_turn(self) -> None:
+        """Wait, when the server's `Turns` says so, before answering a request read on a
+        connection already served (a connection's first request is answered at once)."""
+        turns = self.server.turns
+        if turns is None or turns.take(self):
+            return
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+
+    def take_turn(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     # -- socket primitives ----------------------------------------------------------------
 
