@@ -30,6 +30,9 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
   (``timeout_graceful_shutdown``): a stall does not hold SIGTERM.
 - **The open-file limit**: accept failures are logged once per `ACCEPT_LOG_INTERVAL_S`
   with a count (`guarded_server`), not once per attempt.
+- **Accepting** (`guarded_server`): the builtin server's acceptor
+  (`chaosllm.wire.accept`) takes every waiting connection a turn of the loop, instead
+  of uvloop's server, which takes one, and which a flood of busy connections starves.
 
 The body size limit (``--max-body-bytes``) is the ASGI middleware
 `chaosllm.http.guards.BodyLimit`, in the app under every server. uvicorn is imported
@@ -49,6 +52,7 @@ from typing import Any, Final
 from chaosllm.http.web import error_response
 from chaosllm.providers import error_body_for_path
 from chaosllm.providers.base import ErrorKind
+from chaosllm.wire.accept import Acceptor
 from chaosllm.wire.common import RESERVE, connection_cap
 from chaosllm.wire.flow import STASH_BYTES, held, stash_full
 
@@ -418,7 +422,33 @@ def guarded_server(config: Any) -> Any:
 
     class GuardedServer(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
-            asyncio.get_running_loop().set_exception_handler(_AcceptErrors())
-            await super().startup(sockets)
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(_AcceptErrors())
+            if sockets is None:
+                await super().startup(sockets)
+                return
+            # The lifespan and the server's state as uvicorn makes them, without its
+            # listeners: the builtin server's acceptor takes every waiting connection a
+            # turn (uvloop's create_server takes one, and a flood starves it).
+            await super().startup([])
+            config = self.config
+            protocol_class: Any = config.http_protocol_class
+
+            def protocol() -> asyncio.Protocol:
+                made: asyncio.Protocol = protocol_class(
+                    config=config,
+                    server_state=self.server_state,
+                    app_state=self.lifespan.state,
+                    _loop=loop,
+                )
+                return made
+
+            servers: list[Any] = []  # uvicorn closes each (``close``) at shutdown
+            for sock in sockets:
+                sock.setblocking(False)
+                acceptor = Acceptor(loop, sock, protocol, config.ssl)
+                acceptor.start()
+                servers.append(acceptor)
+            self.servers = servers
 
     return GuardedServer(config)
