@@ -317,14 +317,15 @@ class Connection(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """The server is stopping: close if waiting for a request; finish a request whose
-        body is arriving; an in-flight one closes the connection when done."""
+        body is arriving, or one read that waits for its turn (`Turns`); an in-flight one
+        closes the connection when done."""
         if self.upgraded and self.task is not None:
             self.task.cancel()  # the session closes with 1001, going away
             return
         if self.closed or self.busy:
             return
-        if self.reader.pstate == BODY and not self.discarding:
-            self.finish_one = True
+        if self.deferred or (self.reader.pstate == BODY and not self.discarding):
+            self.finish_one = True  # a request read and waiting for its turn is answered
             return
         self.close()
 

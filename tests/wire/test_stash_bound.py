@@ -203,3 +203,30 @@ def test_answers_from_reads_are_spread_over_turns_and_a_new_connection_goes_firs
     assert fresh_started == 1  # a connection's first request is answered as it is read
     _settle_all(loop, [conn for conn, _ in sides])
     assert [len(_answers(t)) for _, t in sides] == [2] * len(sides)
+
+
+def test_a_request_waiting_for_its_turn_at_shutdown_is_answered_then_closed(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    server = WireServer(_echo)
+    server.loop = loop
+    sides = [_made(server) for _ in range(ANSWERS_A_TURN + 1)]
+    for i, (conn, _) in enumerate(sides):
+        conn.data_received(_get(i))
+    _settle_all(loop, [conn for conn, _ in sides])
+
+    last, transport = sides[-1]
+
+    async def one_turn() -> None:
+        for i, (conn, _) in enumerate(sides):
+            conn.data_received(_get(1000 + i))
+        server.shutting_down = True
+        for conn, _ in sides:
+            conn.shutdown()
+        assert last.deferred and not transport.closed
+
+    loop.run_until_complete(one_turn())
+    _settle_all(loop, [conn for conn, _ in sides])
+    answers = _answers(transport)
+    assert [answer["q"] for answer in answers] == [f"n={len(sides) - 1}", f"n={999 + len(sides)}"]
+    assert transport.closed
