@@ -5,8 +5,12 @@
   control-plane request made meanwhile, and the recording's size on disk;
 - pipeline: N clients that pipeline requests and never read an answer: the server's RSS
   growth per client, and whether a fresh client is still answered;
-- flood: C keep-alive connections sending requests as fast as they are answered: the
-  worst wait of a fresh client (connect + one request) probed every 100 ms.
+- flood: C keep-alive connections sending requests as fast as they are answered (a
+  Python asyncio client, or ``--flooder wrk``, which loads the server harder for the
+  same CPU): the worst wait of a fresh client (connect + one request) probed every
+  100 ms from the flood's start (its connect storm included), in a process of its own;
+  and the server's share of a core meanwhile (the machine's load average is printed
+  too: on shared cores the figures move with it).
 
     python benchmarks/security.py bomb|pipeline|flood [--server h11] [--tree DIR]
 
@@ -188,7 +192,7 @@ def pipeline(tree: str | None, server: str, clients: int, seconds: float) -> dic
     }
 
 
-async def _flood(port: int, connections: int, seconds: float) -> tuple[int, float]:
+async def _flood(port: int, connections: int, seconds: float) -> int:
     done = 0
     stop = time.monotonic() + seconds
     req = b"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
@@ -214,46 +218,63 @@ async def _flood(port: int, connections: int, seconds: float) -> tuple[int, floa
         finally:
             writer.close()
 
-    async def probe() -> float:
-        # In a process of its own: the flood's client must not slow the probe down.
-        await asyncio.sleep(1.0)
-        code = (
-            "import sys, time; sys.path.insert(0, sys.argv[1]); import security as s\n"
-            "stop = time.monotonic() + float(sys.argv[3]); worst = 0.0\n"
-            "while time.monotonic() < stop:\n"
-            "    worst = max(worst, s._probe(int(sys.argv[2]), b'/v1/models')); time.sleep(0.1)\n"
-            "print(worst)\n"
-        )
-        here = str(Path(__file__).resolve().parent)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            code,
-            here,
-            str(port),
-            str(stop - time.monotonic() - 0.5),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await proc.communicate()
-        return float(out.decode().strip() or "nan")
-
-    tasks = [asyncio.ensure_future(one()) for _ in range(connections)]
-    worst = await probe()
-    await asyncio.gather(*tasks)
-    return done, worst
+    await asyncio.gather(*(one() for _ in range(connections)))
+    return done
 
 
-def flood(tree: str | None, server: str, connections: int, seconds: float) -> dict[str, object]:
+_PROBER = (
+    "import sys, time; sys.path.insert(0, sys.argv[1]); import security as s\n"
+    "stop = time.monotonic() + float(sys.argv[3]); waits = []\n"
+    "while time.monotonic() < stop:\n"
+    "    waits.append(s._probe(int(sys.argv[2]), b'/v1/models')); time.sleep(0.1)\n"
+    "waits.sort(); print(waits[-1], waits[len(waits) // 2], len(waits))\n"
+)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def flood(
+    tree: str | None, server: str, connections: int, seconds: float, flooder: str
+) -> dict[str, object]:
     with serving(["--server", server, "--max-connections", str(connections + 64)], tree) as (
         port,
-        _,
+        proc,
     ):
         _probe(port, b"/v1/models")
-        done, worst = asyncio.run(_flood(port, connections, seconds))
+        here = str(Path(__file__).resolve().parent)
+        cpu = _cpu_s(proc.pid)
+        started = time.monotonic()
+        if flooder == "wrk":
+            url = f"http://127.0.0.1:{port}/v1/models"
+            load = subprocess.Popen(
+                ["wrk", "-t1", f"-c{connections}", f"-d{round(seconds)}s", "--timeout", "30s", url],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        prober = subprocess.Popen(
+            [sys.executable, "-c", _PROBER, here, str(port), str(seconds - 0.5)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if flooder == "wrk":
+            out = load.communicate()[0]
+            done = sum(int(line.split()[0]) for line in out.splitlines() if "requests in" in line)
+        else:
+            done = asyncio.run(_flood(port, connections, seconds))
+        worst, median, probes = prober.communicate()[0].split()
+        share = (_cpu_s(proc.pid) - cpu) / (time.monotonic() - started)
     return {
         "connections": connections,
+        "flooder": flooder,
         "requests_per_s": round(done / seconds),
-        "fresh_client_worst_wait_s": round(worst, 3),
+        "fresh_client_worst_wait_s": round(float(worst), 3),
+        "fresh_client_median_wait_s": round(float(median), 3),
+        "probes": int(probes),
+        "server_cpu_share": round(share, 2),
+        "load_average": os.getloadavg()[0],
     }
 
 
@@ -265,13 +286,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--connections", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--flooder", choices=["python", "wrk"], default="python")
     args = parser.parse_args()
     if args.what == "bomb":
         result = bomb(args.tree, args.server)
     elif args.what == "pipeline":
         result = pipeline(args.tree, args.server, args.clients, args.seconds)
     else:
-        result = flood(args.tree, args.server, args.connections, args.seconds)
+        result = flood(args.tree, args.server, args.connections, args.seconds, args.flooder)
     print(json.dumps({"what": args.what, "server": args.server, **result}))
 
 

@@ -15,6 +15,11 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
   connections between requests. A head over `MAX_HEAD` bytes gets 431. Errors uvicorn
   answers on its own (malformed HTTP) are JSON envelopes too. A chunked body's trailer
   fields are dropped, never merged into the request's headers.
+- **Pipelined requests bounded** (`guarded_protocol`): a read is parsed in slices while
+  the requests queued behind a response in flight hold less than the builtin server's
+  bound (`chaosllm.wire.flow.stash_full`); the rest waits unparsed, reading paused,
+  until a response completes. (uvicorn parses every read whole and resumes reading
+  after each response, so a client that pipelines and never reads held megabytes.)
 - **Connections** (``--max-connections``): the open-file soft limit is raised toward
   what the limit needs (the limit is lowered, with a warning, when it cannot be); when
   full, the oldest idle connection (waiting for a request, nothing of it received) is
@@ -25,6 +30,9 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
   (``timeout_graceful_shutdown``): a stall does not hold SIGTERM.
 - **The open-file limit**: accept failures are logged once per `ACCEPT_LOG_INTERVAL_S`
   with a count (`guarded_server`), not once per attempt.
+- **Accepting** (`guarded_server`): the builtin server's acceptor
+  (`chaosllm.wire.accept`) takes every waiting connection a turn of the loop, instead
+  of uvloop's server, which takes one, and which a flood of busy connections starves.
 
 The body size limit (``--max-body-bytes``) is the ASGI middleware
 `chaosllm.http.guards.BodyLimit`, in the app under every server. uvicorn is imported
@@ -37,13 +45,16 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from email.utils import formatdate
 from typing import Any, Final
 
 from chaosllm.http.web import error_response
 from chaosllm.providers import error_body_for_path
 from chaosllm.providers.base import ErrorKind
+from chaosllm.wire.accept import Acceptor
 from chaosllm.wire.common import RESERVE, connection_cap
+from chaosllm.wire.flow import STASH_BYTES, held, stash_full
 
 __all__ = [
     "ACCEPT_LOG_INTERVAL_S",
@@ -71,6 +82,9 @@ MAX_HEAD: Final = 16 * 1024
 """The largest request head read (431 beyond, as the builtin server; h11's own default)."""
 ACCEPT_LOG_INTERVAL_S = 10.0
 """At most one log line per this many seconds about failing accepts."""
+_SLICE: Final = 4096
+"""The most bytes parsed between two looks at the stash (`_cl_feed`): what one slice
+of small pipelined requests can add beyond the bound."""
 
 _ACCEPT_FAILED = "socket.accept() out of system resource"
 
@@ -152,6 +166,10 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
             self._cl_body_start = now
             self._cl_body_bytes = 0
             self._cl_last = now
+            self._cl_rest = b""
+            """Bytes received but not yet parsed: the stash was full (`_cl_feed`)."""
+            self._cl_cycles: deque[Any] = deque()
+            """The requests read whose response is not known to be complete, in order."""
             idle = self._cl_idle()
             if len(self.connections) > cap:
                 oldest = next(iter(idle), None)
@@ -169,20 +187,78 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
         def connection_lost(self, exc: Exception | None) -> None:
             self._cl_cancel()
             self._cl_idle().pop(self, None)
+            # uvicorn marks only the request read last as disconnected; one answering
+            # before it (pipelined) would write to the closed transport (a traceback).
+            for cycle in self._cl_cycles:
+                if not cycle.response_complete:
+                    cycle.disconnected = True
+            self._cl_cycles.clear()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            now = self.loop.time()
-            super().data_received(data)
-            self._cl_progress(len(data), now)
+            rest = self._cl_rest
+            if rest:  # bytes held back come first (a body's receive resumed reading)
+                self._cl_rest = b""
+                data = rest + data
+            self._cl_feed(data)
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            super().on_response_complete()  # resumes reading, starts the next one queued
             if self.cycle is self._cl_seen and not self.transport.is_closing():
                 self._cl_since = None
                 self._cl_bytes = 0
                 self._cl_idle()[self] = None
             self._cl_progress(0, self.loop.time())
+            rest = self._cl_rest
+            if self.transport.is_closing():
+                self._cl_rest = b""  # nothing more is answered on this connection
+            elif rest:
+                self._cl_rest = b""
+                self._cl_feed(rest)
+            elif self._cl_full():
+                self.flow.pause_reading()
+
+        # -- the stash: pipelined requests waiting behind a response ------------------------
+
+        def _cl_feed(self, data: bytes) -> None:
+            """Parse `data` in slices while the stash has room; hold back the rest (and
+            stop reading) once it is full (`chaosllm.wire.flow.stash_full`, the builtin
+            server's bound). uvicorn parses every read whole and resumes reading after
+            each response: a client that pipelines and never reads its answers made it
+            queue every request it sent, megabytes a connection."""
+            start = 0
+            end = len(data)
+            while start < end:
+                if self.transport.is_closing():
+                    return
+                if self._cl_full():
+                    self._cl_rest = data[start:]
+                    self.flow.pause_reading()
+                    return
+                piece = data if start == 0 and end <= _SLICE else data[start : start + _SLICE]
+                start += len(piece)
+                now = self.loop.time()
+                super().data_received(piece)
+                self._cl_progress(len(piece), now)
+                if self.transport.is_closing():
+                    return
+                protocol = self.transport.get_protocol()
+                if protocol is not self:  # upgraded (a WebSocket): the rest is its own
+                    if start < end:
+                        protocol.data_received(data[start:])
+                    return
+
+        def _cl_full(self) -> bool:
+            pipeline = getattr(self, "pipeline", None)
+            if pipeline is None:  # uvicorn's h11 protocol: what h11 holds unparsed
+                buffer = getattr(self.conn, "_receive_buffer", b"")  # h11's own; no public size
+                return len(buffer) > STASH_BYTES
+            size = 0
+            for cycle, _ in pipeline:
+                headers = cycle.scope["headers"]
+                head = sum(len(name) + len(value) for name, value in headers)
+                size += held(len(cycle.body), head, len(headers))
+            return stash_full(len(pipeline), size)
 
         # -- httptools' callbacks (the h11 protocol has none) ------------------------------
 
@@ -193,6 +269,11 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
         def on_headers_complete(self) -> None:
             self._cl_trailing = True
             super().on_headers_complete()
+            cycles = self._cl_cycles
+            while cycles and cycles[0].response_complete:
+                cycles.popleft()
+            if self.cycle is not None and (not cycles or cycles[-1] is not self.cycle):
+                cycles.append(self.cycle)
 
         def on_header(self, name: bytes, value: bytes) -> None:
             # After the head, a field is a chunked body's trailer: uvicorn would append it
@@ -341,7 +422,33 @@ def guarded_server(config: Any) -> Any:
 
     class GuardedServer(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
-            asyncio.get_running_loop().set_exception_handler(_AcceptErrors())
-            await super().startup(sockets)
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(_AcceptErrors())
+            if sockets is None:
+                await super().startup(sockets)
+                return
+            # The lifespan and the server's state as uvicorn makes them, without its
+            # listeners: the builtin server's acceptor takes every waiting connection a
+            # turn (uvloop's create_server takes one, and a flood starves it).
+            await super().startup([])
+            config = self.config
+            protocol_class: Any = config.http_protocol_class
+
+            def protocol() -> asyncio.Protocol:
+                made: asyncio.Protocol = protocol_class(
+                    config=config,
+                    server_state=self.server_state,
+                    app_state=self.lifespan.state,
+                    _loop=loop,
+                )
+                return made
+
+            servers: list[Any] = []  # uvicorn closes each (``close``) at shutdown
+            for sock in sockets:
+                sock.setblocking(False)
+                acceptor = Acceptor(loop, sock, protocol, config.ssl)
+                acceptor.start()
+                servers.append(acceptor)
+            self.servers = servers
 
     return GuardedServer(config)

@@ -224,10 +224,14 @@ def connection_cap(max_connections: int) -> int:
     return cap
 
 
-def bind_sockets(host: str, port: int, backlog: int = 2048) -> list[socket.socket]:
+def bind_sockets(
+    host: str, port: int, backlog: int = 2048, receive_buffer: int | None = None
+) -> list[socket.socket]:
     """Listening TCP sockets for `host`: one per address it resolves to (all on the same
     port when `port` is 0), the wildcard ``::`` as one dual-stack socket (IPv4 clients
-    connect too). OSError when an address cannot be bound."""
+    connect too). OSError when an address cannot be bound. `receive_buffer`, when given,
+    is every accepted socket's SO_RCVBUF from its first byte (set before ``listen``:
+    what a client sends before its connection is accepted is bounded by it too)."""
     flags = socket.AI_PASSIVE
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=flags)
     seen: set[tuple[int, str]] = set()
@@ -256,6 +260,9 @@ def bind_sockets(host: str, port: int, backlog: int = 2048) -> list[socket.socke
                 dual = dual or v6only == 0
             bound_port = sockets[0].getsockname()[1] if len(sockets) > 1 else port
             sock.bind((sockaddr[0], bound_port, *sockaddr[2:]))
+            if receive_buffer is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             sock.listen(backlog)
             sock.setblocking(False)
     except BaseException:

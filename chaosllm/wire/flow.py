@@ -15,8 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
+from typing import Protocol
 
-__all__ = ["STASH_BYTES", "STASH_REQUESTS", "TURN", "FlowControl", "held", "stash_full"]
+__all__ = [
+    "ANSWERS_A_TURN",
+    "STASH_BYTES",
+    "STASH_REQUESTS",
+    "TURN",
+    "FlowControl",
+    "Turns",
+    "held",
+    "stash_full",
+]
 
 STASH_BYTES = 256 * 1024
 """The most memory held by what waits behind a response in flight (estimated, `held`)."""
@@ -24,6 +35,9 @@ STASH_REQUESTS = 64
 """The most parsed requests waiting behind a response in flight."""
 TURN = 32
 """The most queued requests a connection answers before others get the event loop."""
+ANSWERS_A_TURN = 128
+"""The most keep-alive requests answered from reads before the event loop looks at its
+sockets again (`Turns`)."""
 _REQUEST_COST = 600
 """What a parsed request's objects hold besides its bytes (request, lists, tuples)."""
 _HEADER_COST = 120
@@ -38,6 +52,67 @@ def held(body: int, head: int, headers: int) -> int:
 def stash_full(requests: int, size: int) -> bool:
     """Whether a stash of `requests` holding `size` bytes must stop reading."""
     return requests >= STASH_REQUESTS or size > STASH_BYTES
+
+
+class _Waiting(Protocol):
+    deferred: bool
+    turn: int
+
+    def take_turn(self) -> None: ...
+
+
+class Turns:
+    """Fairness between connections, and for new ones: between two of the loop's looks
+    at its sockets, at most `ANSWERS_A_TURN` connections already served answer what they
+    read; the others wait their turn in arrival order (their requests read and queued).
+
+    A loop with 2,000 busy keep-alive connections otherwise answered all 2,000 between
+    two looks at its sockets, so a new connection waited two or three such rounds
+    (accepted, made, its request read) of a third of a second each; now a round of the
+    old connections is spread over many short turns, and a connection's first request
+    is answered as it is read (`take` is asked only for the later ones). A connection
+    that already answered in this turn goes on (its pipeline has `TURN`); the turn ends
+    only once `ANSWERS_A_TURN` have, so with fewer connections nothing ever waits."""
+
+    __slots__ = ("left", "loop", "scheduled", "turn", "waiting")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.turn = 0
+        self.left = ANSWERS_A_TURN
+        self.waiting: deque[_Waiting] = deque()
+        self.scheduled = False
+
+    def take(self, conn: _Waiting) -> bool:
+        """Whether `conn` may answer now; else it is called back (`take_turn`) later."""
+        if conn.turn == self.turn:
+            return True
+        if self.left > 0:
+            self.left -= 1
+            conn.turn = self.turn
+            return True
+        if not conn.deferred:
+            conn.deferred = True
+            self.waiting.append(conn)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self._next)
+        return False
+
+    def _next(self) -> None:
+        self.scheduled = False
+        self.turn += 1
+        self.left = ANSWERS_A_TURN
+        waiting = self.waiting
+        while waiting and self.left > 0:
+            conn = waiting.popleft()
+            conn.deferred = False
+            conn.turn = self.turn
+            self.left -= 1
+            conn.take_turn()
+        if waiting:
+            self.scheduled = True
+            self.loop.call_soon(self._next)
 
 
 class FlowControl:

@@ -53,18 +53,22 @@ for `graceful_timeout_s`, then cancels them; every socket is closed on the way.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import struct
 import threading
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.streams.stapled
 import h11
+from anyio._backends._asyncio import SocketStream as AsyncioSocketStream
+from anyio._backends._asyncio import StreamProtocol
+from anyio._backends._asyncio import TCPSocketListener as AsyncioListener
 
 from chaosllm.core.report import Outcome, PlanReport
 from chaosllm.errors import ServerError
@@ -87,7 +91,7 @@ from chaosllm.wire.common import (
     version_refusal,
 )
 from chaosllm.wire.executor import execute
-from chaosllm.wire.flow import STASH_BYTES
+from chaosllm.wire.flow import STASH_BYTES, Turns
 from chaosllm.wire.head import PHRASES, http_date, tokens
 from chaosllm.wire.program import program_for
 from chaosllm.wire.upgrade import is_upgrade
@@ -102,6 +106,10 @@ class _Gone(Exception):
 logger = logging.getLogger("chaosllm.wire")
 
 _READ_SIZE: Final = 65536
+_ACCEPT_BATCH: Final = 256
+"""The most connections accepted in one turn of the event loop."""
+_CHUNK_COST: Final = 64
+"""What a queued read holds besides its bytes (the bytes object, its deque slot)."""
 _RST_LINGER: Final = struct.pack("ii", 1, 0)
 _GONE_ERRORS: Final = (
     anyio.EndOfStream,
@@ -109,6 +117,10 @@ _GONE_ERRORS: Final = (
     anyio.ClosedResourceError,
     OSError,
 )
+_HALF_CLOSE_ERRORS: Final = (*_GONE_ERRORS, RuntimeError, NotImplementedError, TypeError)
+"""What a half-close (``send_eof``) raises on a socket that cannot take one: uvloop's
+transport once the peer's reset closed it (RuntimeError, anyio passes it on); a TLS
+stream without half-close (NotImplementedError, or TypeError once its session ended)."""
 
 
 def _buffered(conn: h11.Connection) -> int:
@@ -144,6 +156,8 @@ class H11WireServer(ServerCore):
         self._idle: dict[_Connection, None] = {}
         """Connections waiting for a request head with nothing of it received, oldest first."""
         self._portal: anyio.from_thread.BlockingPortal | None = None
+        self.turns: Turns | None = None
+        """Fairness between connections (`chaosllm.wire.flow.Turns`), on asyncio."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -198,7 +212,7 @@ class H11WireServer(ServerCore):
         if from_socket is None:  # anyio < 4.7: no dual-stack wildcard
             return await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
         listeners: list[anyio.abc.SocketListener] = []
-        sockets = bind_sockets(self.host, self.port)
+        sockets = bind_sockets(self.host, self.port, receive_buffer=STASH_BYTES)
         try:
             for sock in sockets:
                 listeners.append(await from_socket(sock))
@@ -223,6 +237,8 @@ class H11WireServer(ServerCore):
             self.bound = bound = address(sockname)
             assert bound is not None
             slots = anyio.Semaphore(connection_cap(self.max_connections))
+            if isinstance(listeners[0], AsyncioListener):
+                self.turns = Turns(asyncio.get_running_loop())
             try:
                 async with anyio.create_task_group() as connections:
                     async with anyio.create_task_group() as acceptors:
@@ -250,29 +266,42 @@ class H11WireServer(ServerCore):
     ) -> None:
         while True:
             try:
-                stream = await listener.accept()
+                accepted = await _accept(listener)
             except anyio.ClosedResourceError:
                 return
             except (OSError, anyio.BrokenResourceError) as exc:
                 logger.warning("accept() failed: %s", exc)
                 await anyio.sleep(0.05)
                 continue
-            if slots.value == 0 and self._idle:
-                # Full: the oldest idle connection makes room (idle ones go first).
-                oldest = next(iter(self._idle))
-                oldest.evict()
+            for index, item in enumerate(accepted):
+                if slots.value == 0 and self._idle:
+                    # Full: the oldest idle connection makes room (idle ones go first).
+                    oldest = next(iter(self._idle))
+                    oldest.evict()
+                try:
+                    try:
+                        slots.acquire_nowait()  # no turn of the loop per connection
+                    except anyio.WouldBlock:
+                        await slots.acquire()
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        for rest in accepted[index:]:
+                            await _discard(rest)
+                    raise
+                tg.start_soon(self._run_connection, item, slots)
+
+    async def _run_connection(
+        self, accepted: socket.socket | anyio.abc.SocketStream, slots: anyio.Semaphore
+    ) -> None:
+        connection: _Connection | None = None
+        try:
             try:
-                await slots.acquire()
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await stream.aclose()
-                raise
+                stream = await _open(accepted) if isinstance(accepted, socket.socket) else accepted
+            except OSError as exc:  # the client left before its connection was set up
+                logger.debug("setting up an accepted connection failed: %s", exc)
+                return
             connection = _Connection(self, stream)
             self._connections.add(connection)
-            tg.start_soon(self._run_connection, connection, slots)
-
-    async def _run_connection(self, connection: _Connection, slots: anyio.Semaphore) -> None:
-        try:
             if self.ssl is not None:
                 from anyio.streams.tls import TLSStream
 
@@ -289,11 +318,92 @@ class H11WireServer(ServerCore):
                 if not isinstance(connection.stream, TLSStream):
                     return
             await connection.run()
+        except Exception:  # one connection's failure never ends the server's task group
+            logger.exception("connection handler failed")
         finally:
-            self._connections.discard(connection)
+            if connection is not None:
+                self._connections.discard(connection)
+                if not connection.closed:
+                    await connection.close()
             slots.release()
             if self._drained is not None and not self._connections:
                 self._drained.set()
+
+
+async def _accept(
+    listener: anyio.abc.SocketListener,
+) -> list[socket.socket | anyio.abc.SocketStream]:
+    """The connections waiting on `listener` (at least one: waits for it). On asyncio,
+    every one waiting (up to `_ACCEPT_BATCH`), as sockets that their connection's task
+    sets up (`_open`): a loop busy with other connections accepts a burst in one turn,
+    not one connection every few turns. Elsewhere, anyio's accept."""
+    if not isinstance(listener, AsyncioListener):
+        return [await listener.accept()]
+    raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+    loop = asyncio.get_running_loop()
+    await anyio.lowlevel.checkpoint()
+    try:
+        sock, _ = await loop.sock_accept(raw)
+    except asyncio.CancelledError:
+        with contextlib.suppress(ValueError, NotImplementedError, OSError):
+            loop.remove_reader(raw)  # as anyio does (python/cpython#85489)
+        raise
+    accepted: list[socket.socket | anyio.abc.SocketStream] = [sock]
+    while len(accepted) < _ACCEPT_BATCH:
+        try:
+            sock, _ = raw.accept()
+        except OSError:  # none waiting, or a failure that the next accept reports
+            break
+        accepted.append(sock)
+    return accepted
+
+
+async def _open(sock: socket.socket) -> anyio.abc.SocketStream:
+    """An accepted socket as anyio's stream, as anyio's accept makes it (TCP_NODELAY),
+    on `_BoundedReads`."""
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.connect_accepted_socket(_BoundedReads, sock)
+    except BaseException:
+        sock.close()
+        raise
+    return AsyncioSocketStream(transport, protocol)
+
+
+async def _discard(accepted: socket.socket | anyio.abc.SocketStream) -> None:
+    if isinstance(accepted, socket.socket):
+        accepted.close()
+    else:
+        await accepted.aclose()
+
+
+class _BoundedReads(StreamProtocol):
+    """anyio's stream protocol (asyncio), with reading paused once the bytes it holds
+    unreceived pass `STASH_BYTES`, the builtin server's bound (`chaosllm.wire.flow`).
+
+    anyio pauses reading only once a receive has waited: meanwhile the event loop reads
+    all the client sends (uvloop: up to 32 reads of 256 KiB a wakeup), so a client that
+    pipelines and never reads its answers (each write waits for the socket) queued
+    megabytes, most of them before its connection's task first ran. This protocol is the
+    connection's from its first byte (`_accept`); paused, the kernel's TCP window stops
+    the client; anyio resumes reading when a receive finds the queue empty."""
+
+    held = 0
+    """At least the memory the queue holds (exact after each recount)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self.held += len(data) + _CHUNK_COST
+        if self.held > STASH_BYTES:  # recounted (receives took some): rarely, not per read
+            self.held = sum(len(chunk) + _CHUNK_COST for chunk in self.read_queue)
+            if self.held > STASH_BYTES:
+                self.transport.pause_reading()
 
 
 class _Connection:
@@ -303,6 +413,7 @@ class _Connection:
         "_transport",
         "client",
         "closed",
+        "deferred",
         "evicted",
         "gone",
         "gone_event",
@@ -313,6 +424,8 @@ class _Connection:
         "server",
         "server_address",
         "stream",
+        "turn",
+        "waiter",
         "watching",
     )
 
@@ -327,16 +440,19 @@ class _Connection:
         self.planned = False
         """A plan answered the request: `h11` did not see the response."""
         self.watching = False
+        self.deferred = False
+        self.turn = -1
+        self.waiter: asyncio.Future[None] | None = None
+        """Set when the connection's turn comes (`_wait_turn`)."""
         self.gone_event: anyio.Event | None = None
         self.head_scope: anyio.CancelScope | None = None
         self.client = address(stream.extra(anyio.abc.SocketAttribute.remote_address, None))
         self.server_address = address(stream.extra(anyio.abc.SocketAttribute.local_address, None))
         self._transport: Any = getattr(stream, "_transport", None)
-        """anyio's transport (asyncio): reading is paused after each receive (`_recv`)."""
-        # Once resumed, the event loop reads all the kernel holds before the task runs
-        # (libuv: up to 32 reads a wakeup): a small receive buffer bounds that.
+        """anyio's transport (asyncio): reading is paused after each receive (`_recv`),
+        and once what it queued unreceived is full (`_BoundedReads`)."""
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-        if raw is not None:
+        if raw is not None:  # what the kernel holds unread for us is bounded too
             with contextlib.suppress(OSError):
                 raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STASH_BYTES)
 
@@ -347,9 +463,11 @@ class _Connection:
             first = True
             while True:
                 request = await self._read_request(first)
-                first = False
                 if request is None:
                     return
+                if not first:
+                    await self._wait_turn()
+                first = False
                 await self._run_app(*request)
                 if self.closed or self.gone or self.must_close or self.server.shutting_down:
                     return
@@ -559,6 +677,23 @@ class _Connection:
             self.must_close = True
         return True
 
+    async def _wait_turn(self) -> None:
+        """Wait, when the server's `Turns` says so, before answering a request read on a
+        connection already served (a connection's first request is answered at once)."""
+        turns = self.server.turns
+        if turns is None or turns.take(self):
+            return
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+
+    def take_turn(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     # -- socket primitives ----------------------------------------------------------------
 
     async def _recv(self) -> bytes:
@@ -632,9 +767,7 @@ class _Connection:
         self.closed = True
         self.head_scope = None
         with anyio.CancelScope(shield=True):
-            # (a TLS stream may have no half-close: anyio raises NotImplementedError, or
-            # TypeError once its session has ended; the close follows either way)
-            with contextlib.suppress(*_GONE_ERRORS, NotImplementedError, TypeError):
+            with contextlib.suppress(*_HALF_CLOSE_ERRORS):  # the close follows either way
                 await self.stream.send_eof()
             try:
                 await self.stream.aclose()
@@ -687,7 +820,7 @@ class _Connection:
             return
         # Lingering close: stop sending, drain what the client is still uploading for a
         # moment, so that it reads the 413 instead of a reset.
-        with contextlib.suppress(*_GONE_ERRORS):
+        with contextlib.suppress(*_HALF_CLOSE_ERRORS):
             await self.stream.send_eof()
         with anyio.move_on_after(LINGER_S):
             while await self._recv():

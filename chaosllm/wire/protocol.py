@@ -101,6 +101,11 @@ class Connection(asyncio.Protocol):
         self.upgraded = False
         """Handed over to a WebSocket (`chaosllm.wire.ws_protocol`), in `task`."""
         self.over_cap = False
+        self.turns = server.turns_of(loop)
+        self.deferred = False
+        """Waiting for its turn to answer what it read (`chaosllm.wire.flow.Turns`)."""
+        self.turn = -1
+        """The server's turn in which it last answered what it read."""
         self.must_close = False
         self.discarding = False
         # the socket
@@ -143,6 +148,8 @@ class Connection(asyncio.Protocol):
             return
         self.reader.feed(data)
         if not self.busy:
+            if self.served and not self.turns.take(self):
+                return  # the others' turn first (`Turns`); `take_turn` follows
             self._pump()
         elif not self.flow.read_paused and stash_full(
             len(self.queue), self.queued + self.reader.body_size
@@ -177,6 +184,11 @@ class Connection(asyncio.Protocol):
         if not self.busy and not self.closed:
             self._pump()
 
+    def take_turn(self) -> None:
+        """This connection's turn, deferred by the server's `Turns`, has come."""
+        if not self.busy and not self.closed:
+            self._pump()
+
     # -- the queue ----------------------------------------------------------------------
 
     def _pump(self) -> None:
@@ -188,7 +200,10 @@ class Connection(asyncio.Protocol):
             if self.closed:
                 return
             if not queue:
-                break
+                if not self.reader.rest:
+                    break
+                self.reader.feed(b"")  # what was held back while the queue was full
+                continue
             turn -= 1
             if turn < 0:  # fairness: the others' turn; the rest from the next iteration
                 self.flow.pause_reading()
@@ -302,14 +317,15 @@ class Connection(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """The server is stopping: close if waiting for a request; finish a request whose
-        body is arriving; an in-flight one closes the connection when done."""
+        body is arriving, or one read that waits for its turn (`Turns`); an in-flight one
+        closes the connection when done."""
         if self.upgraded and self.task is not None:
             self.task.cancel()  # the session closes with 1001, going away
             return
         if self.closed or self.busy:
             return
-        if self.reader.pstate == BODY and not self.discarding:
-            self.finish_one = True
+        if self.deferred or (self.reader.pstate == BODY and not self.discarding):
+            self.finish_one = True  # a request read and waiting for its turn is answered
             return
         self.close()
 

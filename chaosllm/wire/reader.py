@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 import httptools
 
 from chaosllm.wire.common import BOTH_FRAMINGS, MAX_HEAD, path_of, version_refusal
-from chaosllm.wire.flow import held
+from chaosllm.wire.flow import held, stash_full
 from chaosllm.wire.head import tokens
 from chaosllm.wire.request import CONTINUE, Refusal, Request
 from chaosllm.wire.upgrade import is_upgrade
@@ -30,11 +30,14 @@ from chaosllm.wire.upgrade import is_upgrade
 if TYPE_CHECKING:
     from chaosllm.wire.protocol import Connection
 
-__all__ = ["BODY", "HEAD", "IDLE", "RequestReader"]
+__all__ = ["BODY", "HEAD", "IDLE", "SLICE", "RequestReader"]
 
 logger = logging.getLogger("chaosllm.wire")
 
 _STOP: Final = "chaosllm refused the request"
+SLICE: Final = 4096
+"""The most bytes parsed between two looks at the queue (`_feed_bounded`): what one slice
+of small pipelined requests can add beyond the bound."""
 REQUEST_COST: Final = 1024
 """What a memoised request holds besides its bytes (the object, its header tuples)."""
 
@@ -62,6 +65,7 @@ class RequestReader:
         "plain",
         "pstate",
         "req",
+        "rest",
         "url",
     )
 
@@ -83,12 +87,23 @@ class RequestReader:
         self.last_data = now
         self.completed = 0
         """Requests read whole so far."""
+        self.rest = b""
+        """Bytes read but not parsed: the queue was full (`_feed_bounded`)."""
         self.plain: Request | None = None
         """The request last read whole, when it is plain (keep-alive, no Expect, no
         upgrade), else None: what the memo may keep."""
 
     def feed(self, data: bytes) -> None:
-        """Parse `data`: complete requests and refusals go to the connection's queue."""
+        """Parse `data` (after what was held back): complete requests and refusals go to
+        the connection's queue; a read larger than `SLICE` is parsed in slices while the
+        queue has room (`_feed_bounded`)."""
+        rest = self.rest
+        if rest:
+            self.rest = b""
+            data = rest + data
+        if len(data) > SLICE:
+            self._feed_bounded(data)
+            return
         conn = self.conn
         memo = conn.server.memo
         if memo is None or self.pstate != IDLE:
@@ -110,6 +125,32 @@ class RequestReader:
             and not conn.discarding
         ):
             memo.put(key, req, len(data) + REQUEST_COST)
+
+    def _feed_bounded(self, data: bytes) -> None:
+        """Parse `data` in slices until the queue is full (`stash_full`): the rest is held
+        back unparsed, reading paused, until the connection has answered what is queued
+        (`Connection._pump` feeds it then). A read holds up to 256 KiB: parsed whole, a
+        pipelining client's read became some 400 requests at once, beyond the bound."""
+        conn = self.conn
+        start = 0
+        end = len(data)
+        while start < end:
+            if conn.discarding or conn.closed:
+                return
+            # (the request next in turn is read whole: its body is the body limit's)
+            queue = conn.queue
+            if (queue or conn.busy) and stash_full(len(queue), conn.queued + self.body_size):
+                self.rest = data[start:]
+                conn.flow.pause_reading()
+                return
+            stop = start + SLICE
+            self._parse(data[start:stop])
+            start = stop
+            if conn.discarding and start < end:  # an upgrade's: the bytes after its head
+                last = conn.queue[-1] if conn.queue else None
+                if type(last) is Request and last.upgrade is not None:
+                    last.upgrade += data[start:]
+                return
 
     def _parse(self, data: bytes) -> None:
         conn = self.conn
@@ -139,6 +180,7 @@ class RequestReader:
         and the connection, so that both are freed by reference counting."""
         del self.parser
         del self.conn
+        self.rest = b""
 
     # -- httptools callbacks -------------------------------------------------------------
 

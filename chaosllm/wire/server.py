@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 `WireServer.serve` runs the ASGI lifespan (when the app supports it), binds the
-listening sockets (`chaosllm.wire.common.bind_sockets`: ``::`` is dual-stack) and hands
-them to the event loop's own server (`loop.create_server`; uvloop's when the loop is
-uvloop). Every accepted connection is one `chaosllm.wire.protocol.Connection`, which
-parses, queues and answers its requests; a plan is compiled once into a wire program
+listening sockets (`chaosllm.wire.common.bind_sockets`: ``::`` is dual-stack) and
+accepts on them in bursts (`chaosllm.wire.accept`: uvloop's own server accepts one
+connection a turn of the loop, which a flood of busy connections starves). Every
+accepted connection is one `chaosllm.wire.protocol.Connection`, which parses, queues and
+answers its requests; a plan is compiled once into a wire program
 (`chaosllm.wire.program`) and run by the callback executor (`chaosllm.wire.player`, on
 the server's one timer heap, `chaosllm.wire.pacer`) or the awaiting one
 (`chaosllm.wire.executor`). This module holds what is the server's rather than a
@@ -35,6 +36,7 @@ import anyio.abc
 import anyio.from_thread
 
 from chaosllm.errors import ServerError
+from chaosllm.wire.accept import Acceptor
 from chaosllm.wire.common import (
     RESERVE,
     Direct,
@@ -45,6 +47,7 @@ from chaosllm.wire.common import (
     bind_sockets,
     connection_cap,
 )
+from chaosllm.wire.flow import Turns
 from chaosllm.wire.pacer import Pacer
 from chaosllm.wire.protocol import Connection
 
@@ -82,6 +85,13 @@ class WireServer(ServerCore):
         self._full_warned = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pacer: Pacer | None = None
+        self.turns: Turns | None = None
+
+    def turns_of(self, loop: asyncio.AbstractEventLoop) -> Turns:
+        turns = self.turns
+        if turns is None or turns.loop is not loop:
+            turns = self.turns = Turns(loop)
+        return turns
 
     def pacer_of(self, loop: asyncio.AbstractEventLoop) -> Pacer:
         pacer = self.pacer
@@ -163,14 +173,21 @@ class WireServer(ServerCore):
         loop = self.loop
         self.cap = connection_cap(self.max_connections)
         sockets = bind_sockets(self.host, self.port, _BACKLOG)
-        servers: list[asyncio.AbstractServer] = []
+        servers: list[asyncio.AbstractServer | Acceptor] = []
         try:
             for sock in sockets:
-                servers.append(
-                    await loop.create_server(
-                        lambda: Connection(self), sock=sock, backlog=_BACKLOG, ssl=self.ssl
+                acceptor = Acceptor(loop, sock, lambda: Connection(self), self.ssl)
+                try:
+                    acceptor.start()
+                except NotImplementedError:  # no add_reader (Windows' proactor loop)
+                    acceptor.close()
+                    servers.append(
+                        await loop.create_server(
+                            lambda: Connection(self), sock=sock, backlog=_BACKLOG, ssl=self.ssl
+                        )
                     )
-                )
+                else:
+                    servers.append(acceptor)
             bound = address(sockets[0].getsockname())
             assert bound is not None
             self.bound = bound
@@ -180,7 +197,7 @@ class WireServer(ServerCore):
             with anyio.CancelScope(shield=True):
                 for server in servers:
                     server.close()
-                for sock in sockets[len(servers) :]:
+                for sock in sockets:  # (an asyncio server closes its own; again is a no-op)
                     sock.close()
                 await self._close_connections()
 
