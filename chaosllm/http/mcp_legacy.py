@@ -13,8 +13,14 @@ the recordings, the faults, the session rules and the journal are those of the
 streamable HTTP endpoint. The bridge plays each answer (its delays waited, in a worker
 thread, after the 202) into the stream as one event per JSON-RPC message. The stream
 belongs to the chaosllm session its GET's ``X-Chaosllm-Session`` names; it ends when
-the client leaves or ``--mcp-stream-ms`` passes. Served in replay mode: record a server
-over streamable HTTP or stdio.
+the client leaves or ``--mcp-stream-ms`` passes.
+
+In the other modes (record, record-missing, passthrough) a message is POSTed, in
+process, to the app's own streamable HTTP endpoint ``/mcp/{server}`` (with the stream's
+``Mcp-Session-Id``, chaosllm session and the client's other headers), which proxies it
+to the server's upstream and records it as it records a streamable HTTP client; its
+answer (JSON or an SSE body) is played into the stream by the bridge. An old client is
+recorded, and replayed, as a new one is.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import anyio
+import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -35,11 +42,12 @@ from starlette.routing import Route
 
 from chaosllm.config import Mode
 from chaosllm.core.mcp import sessions_of
-from chaosllm.http.mcp_bridge import Bridge
+from chaosllm.http.mcp_bridge import ACCEPT, Bridge
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import SESSION_HEADER as CHAOS_SESSION
 from chaosllm.http.web import chaos_state
-from chaosllm.providers.mcp import INVALID_REQUEST, PARSE_ERROR, error_message
+from chaosllm.model import Piece, ResponsePlan
+from chaosllm.providers.mcp import INVALID_REQUEST, PARSE_ERROR, SESSION_HEADER, error_message
 
 __all__ = ["MESSAGES_PATH", "SSE_PATH", "legacy_routes"]
 
@@ -117,27 +125,72 @@ async def stream(request: Request) -> Response:
     )
 
 
+_NOT_FORWARDED = frozenset(
+    {"host", "content-length", "content-type", "accept", "connection", SESSION_HEADER.lower()}
+)
+
+
+def _answer_plan(response: httpx.Response) -> ResponsePlan:
+    """The endpoint's answer as the plan the bridge plays: each SSE event a frame, a JSON
+    body one piece."""
+    headers = tuple(
+        (SESSION_HEADER if k.lower() == SESSION_HEADER.lower() else k, v)
+        for k, v in response.headers.items()
+    )
+    body = response.content
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [e + b"\n\n" for e in body.replace(b"\r\n", b"\n").split(b"\n\n") if e]
+        return ResponsePlan(response.status_code, headers, tuple(Piece(e) for e in events))
+    return ResponsePlan(response.status_code, headers, (Piece(body, frame=False),))
+
+
+async def _forward(request: Request, bridge: Bridge, raw: bytes) -> None:
+    """A message of a stream, in a mode that may proxy: POSTed to the app's streamable
+    HTTP endpoint in process, its answer played into the stream."""
+    server = request.path_params["server"]
+    headers = [
+        (k, v)
+        for k, v in request.headers.items()
+        if k not in _NOT_FORWARDED and k != CHAOS_SESSION.lower()
+    ]
+    headers += [("content-type", "application/json"), ACCEPT]
+    if bridge.session is not None:  # the stream's, as in replay
+        headers.append((CHAOS_SESSION, bridge.session))
+    if bridge.mcp_session is not None:
+        headers.append((SESSION_HEADER, bridge.mcp_session))
+    client = request.client
+    transport = httpx.ASGITransport(
+        app=request.scope["app"],
+        client=(client.host, client.port) if client is not None else ("127.0.0.1", 0),
+    )
+    base = f"{request.url.scheme}://{request.headers.get('host', 'localhost')}"
+    async with httpx.AsyncClient(transport=transport, base_url=base, timeout=None) as http:
+        response = await http.post(f"/mcp/{server}", content=raw, headers=headers)
+    plan = _answer_plan(response)
+    minted = response.headers.get(SESSION_HEADER)
+    if minted is not None:
+        bridge.mcp_session = minted
+    bridge.play(plan, json.loads(raw))
+
+
 async def message(request: Request) -> Response:
     state = chaos_state(request)
-    if state.config.mode is not Mode.REPLAY:
-        return _refused(
-            501,
-            INVALID_REQUEST,
-            "chaosllm serves the HTTP+SSE transport in replay mode only: record the server "
-            "over streamable HTTP (/mcp/NAME) or stdio (chaosllm mcp-stdio).",
-        )
     session_id = request.query_params.get("session_id")
     streams = _streams(state)
     with streams.lock:
         bridge = streams.open.get(session_id or "")
     if bridge is None:
         return _refused(404, INVALID_REQUEST, f"Could not find session {session_id!r}.")
-    raw = (await request.body()).decode("utf-8", "replace")
+    raw = await request.body()
     try:
         json.loads(raw)
     except ValueError:
         return _refused(400, PARSE_ERROR, "Parse error: the body is not one JSON-RPC message.")
-    line = " ".join(raw.splitlines())
+    if state.config.mode is not Mode.REPLAY:  # the endpoint proxies and records it
+        return Response(
+            "Accepted", status_code=202, background=BackgroundTask(_forward, request, bridge, raw)
+        )
+    line = " ".join(raw.decode("utf-8", "replace").splitlines())
     return Response("Accepted", status_code=202, background=BackgroundTask(bridge.handle, line))
 
 

@@ -364,3 +364,47 @@ def test_a_cancelled_call_over_http_sse_is_journalled_so(recorded: Path) -> None
     cancel = next(e for e in journal if e["method"] == "notifications/cancelled")
     assert cancel["cancels"] == call["seq"] and call["outcome"] == "cancelled"
     assert all(e["outcome"] != "pending" for e in journal)
+
+
+def test_an_old_client_is_recorded_over_http_sse_and_replays_on_either_transport(
+    tmp_path: Path,
+) -> None:
+    """In record mode the older transport's messages go through the streamable endpoint
+    to the upstream: the ``sse_client``'s session is recorded (without its API key) and
+    replays, with the upstream stopped, to it and to a streamable HTTP client."""
+
+    async def old_client(url: str) -> dict[str, Any]:
+        headers = {"authorization": TOKEN, "x-chaosllm-session": "old"}
+        async with Client(sse_client(url, headers=headers), mode="legacy") as c:
+            return await agent_session(c)
+
+    with (
+        serving_mcp() as (upstream, server),
+        ChaosServer(
+            tmp_path / "none",
+            mode="record",
+            mcp_upstreams={"search": upstream},
+            record_dir=tmp_path / "rec",
+        ) as chaos,
+    ):
+        recorded = run(lambda: old_client(f"{chaos.url}/mcp/search/sse"))
+        journal = chaos.requests("old")
+    assert server.calls == ["chaos"]  # the tool ran upstream, once
+    assert recorded["result"] == {"hits": 5, "query": "chaos"} and recorded["progress"] == [0.5]
+    assert recorded["readme"] == "chaosllm breaks tool servers on purpose."
+    assert [e["method"] for e in journal][:2] == ["initialize", "notifications/initialized"]
+    assert all(e["path"] == "/mcp/search" and e["status"] in (200, 202) for e in journal)
+    written = list((tmp_path / "rec").rglob("*.json"))
+    assert written and not any("sk-mcp-secret" in f.read_text("utf-8") for f in written)
+
+    async def new_client(url: str) -> dict[str, Any]:
+        async with connect(url) as c:
+            return await agent_session(c)
+
+    with ChaosServer(tmp_path / "rec") as replay:
+        again = run(lambda: old_client(f"{replay.url}/mcp/search/sse"))
+        fresh = run(lambda: new_client(f"{replay.url}/mcp/search"))
+        misses = [e for e in replay.requests() if e["miss"]]
+    assert again == recorded
+    assert fresh["result"] == recorded["result"] and fresh["tools"] == recorded["tools"]
+    assert misses == []
