@@ -33,6 +33,12 @@ pending connection and logs each failure). Here, mirroring `chaosllm.wire.server
 - **Accepting** (`guarded_server`): the builtin server's acceptor
   (`chaosllm.wire.accept`) takes every waiting connection a turn of the loop, instead
   of uvloop's server, which takes one, and which a flood of busy connections starves.
+- **Turns** (`chaosllm.wire.flow.Turns`, the builtin server's): a connection that was
+  answered before parses what it reads only in its turn (held, reading paused,
+  meanwhile), so between two looks at the sockets at most `ANSWERS_A_TURN` of them start
+  a request; a new connection's first request is parsed as it is read. Without, a flood
+  of 2,000 busy keep-alive connections put every fresh request behind a round of theirs
+  (a second and more).
 
 The body size limit (``--max-body-bytes``) is the ASGI middleware
 `chaosllm.http.guards.BodyLimit`, in the app under every server. uvicorn is imported
@@ -45,6 +51,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections import deque
 from email.utils import formatdate
 from typing import Any, Final
@@ -54,7 +61,7 @@ from chaosllm.providers import error_body_for_path
 from chaosllm.providers.base import ErrorKind
 from chaosllm.wire.accept import Acceptor
 from chaosllm.wire.common import RESERVE, connection_cap
-from chaosllm.wire.flow import STASH_BYTES, held, stash_full
+from chaosllm.wire.flow import STASH_BYTES, Turns, held, stash_full
 
 __all__ = [
     "ACCEPT_LOG_INTERVAL_S",
@@ -132,6 +139,17 @@ def _refusal(status: int, message: str, code: str, path: str | None) -> bytes:
     return head + data
 
 
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = weakref.WeakKeyDictionary()
+
+
+def _turns(loop: asyncio.AbstractEventLoop) -> Turns:
+    """The loop's turns, shared by its connections (uvicorn runs one loop a server)."""
+    turns = _TURNS.get(loop)
+    if turns is None:
+        turns = _TURNS[loop] = Turns(loop)
+    return turns
+
+
 def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class `http` (``"httptools"`` or ``"h11"``) with the read
     deadlines and the connection limit of the module docstring."""
@@ -170,6 +188,12 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
             """Bytes received but not yet parsed: the stash was full (`_cl_feed`)."""
             self._cl_cycles: deque[Any] = deque()
             """The requests read whose response is not known to be complete, in order."""
+            self._cl_answered = False
+            """Whether a response of this connection completed (its reads take turns)."""
+            self.deferred = False
+            """Waiting for its turn (`Turns`), what it read held in `_cl_rest`."""
+            self.turn = -1
+            """The loop's turn in which it last started what it read (`Turns`)."""
             idle = self._cl_idle()
             if len(self.connections) > cap:
                 oldest = next(iter(idle), None)
@@ -200,9 +224,24 @@ def guarded_protocol(http: str, max_connections: int = 10_000) -> type[asyncio.P
             if rest:  # bytes held back come first (a body's receive resumed reading)
                 self._cl_rest = b""
                 data = rest + data
+            if self._cl_answered and not _turns(self.loop).take(self):
+                self._cl_rest = data  # the others' turn first; `take_turn` follows
+                self.flow.pause_reading()
+                return
             self._cl_feed(data)
 
+        def take_turn(self) -> None:
+            """Its turn has come (`Turns`): what it read is parsed now."""
+            rest = self._cl_rest
+            self._cl_rest = b""
+            if self.transport.is_closing():
+                return
+            self.flow.resume_reading()
+            if rest:
+                self._cl_feed(rest)  # pauses reading again when the stash is full
+
         def on_response_complete(self) -> None:
+            self._cl_answered = True
             super().on_response_complete()  # resumes reading, starts the next one queued
             if self.cycle is self._cl_seen and not self.transport.is_closing():
                 self._cl_since = None

@@ -25,7 +25,10 @@ CONNECTIONS = 2000
 SECONDS = 5
 WITHIN_S = 3.0
 """The longest a fresh client may wait (measured: builtin 0.35-0.41 s, uvicorn 1.4 s,
-on 2 cores under a load average of 3-4)."""
+on 2 cores under a load average of 3-4; quiet, builtin 0.21 s, uvicorn 0.36-0.41 s)."""
+MEDIAN_WITHIN_S = 0.9
+"""What a fresh client waits as a rule (quiet: builtin 0.06 s, uvicorn 0.07 s). Without
+turns, uvicorn put every fresh request behind a round of the flood's: 1.11 s."""
 
 
 def _fresh(port: int) -> float:
@@ -63,3 +66,4 @@ def test_a_fresh_client_is_answered_during_a_2000_connection_flood(server: str) 
         finally:
             flood.wait(timeout=60)
         assert max(waits) < WITHIN_S, waits
+        assert sorted(waits)[len(waits) // 2] < MEDIAN_WITHIN_S, waits
