@@ -205,10 +205,11 @@ class Upstream:
     def target(self, path: str, query: bytes = b"") -> bytes:
         """The upstream request target of a request path (an upstream given as
         ``.../v1`` is not doubled: ``/v1/chat/completions`` goes to
-        ``.../v1/chat/completions``)."""
+        ``.../v1/chat/completions``; an MCP server's whole URL given as a bare
+        ``http://host:port`` is its root, ``/``)."""
         if self._prefix.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
             path = path[3:]
-        raw = (self._prefix + path).encode("utf-8")
+        raw = (self._prefix + path).encode("utf-8") or b"/"  # a bare host's root
         return raw + b"?" + query if query else raw
 
     async def send(

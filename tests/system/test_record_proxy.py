@@ -753,3 +753,18 @@ def test_the_frame_splitter_times_each_frame_by_its_last_bytes() -> None:
     assert splitter.feed(b"\n\n", 10.7) == 1
     assert splitter.feed(b"data: 3\n\n", 10.7) == 1
     assert [round(d) for _, d in splitter.frames] == [500, 200, 0]
+
+
+@pytest.mark.parametrize(
+    ("url", "path", "target"),
+    [
+        ("http://127.0.0.1:9", "", b"/"),  # an MCP server given as a bare host: its root
+        ("http://127.0.0.1:9/mcp", "", b"/mcp"),
+        ("http://127.0.0.1:9/v1", "/v1/chat/completions", b"/v1/chat/completions"),
+        ("http://127.0.0.1:9", "/v1/models", b"/v1/models"),
+    ],
+)
+def test_the_upstream_target_of_a_path(url: str, path: str, target: bytes) -> None:
+    from chaosllm.record.proxy import Upstream
+
+    assert Upstream(url).target(path) == target
