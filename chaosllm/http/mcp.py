@@ -18,7 +18,8 @@ session of its own (`forwarding`): a proxied ``initialize`` opens it (the client
 chaosllm's session id, the upstream's is kept), else the first request that needs the
 upstream opens it with the client's ``initialize`` (and ``notifications/initialized``,
 which chaosllm answered itself), and every proxied request carries the upstream's id
-(none, when the upstream keeps no sessions).
+(none, when the upstream keeps no sessions); a DELETE of the client's session ends the
+upstream's too.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from chaosllm.config import Mode
-from chaosllm.core.call import Proxy
+from chaosllm.core.call import ProviderCall, Proxy
 from chaosllm.core.mcp import McpSession, McpSessions, session_problem, sessions_of
 from chaosllm.errors import UpstreamError
 from chaosllm.http.state import ChaosState
 from chaosllm.http.web import chaos_state
+from chaosllm.providers import PROVIDERS
 from chaosllm.providers.mcp import (
     INVALID_REQUEST,
     PATH_TEMPLATE,
@@ -250,8 +252,34 @@ async def end(request: Request) -> Response:
     problem = session_problem(state, server, _headers(request), None)
     if problem is not None:
         return _refused(*problem)
-    sessions_of(state).end(request.headers.get(SESSION_HEADER))
+    sessions = sessions_of(state)
+    ours = request.headers.get(SESSION_HEADER)
+    session = sessions.get(ours, server)
+    sessions.end(ours)
+    if state.config.mode is Mode.RECORD_MISSING and session is not None:
+        await _end_upstream(state, request, server, session)
     return Response(status_code=200)
+
+
+async def _end_upstream(
+    state: ChaosState, request: Request, server: str, session: McpSession
+) -> None:
+    """In record-missing mode, the upstream's session a session opened ends with it (a
+    DELETE with the upstream's id; one it refuses, or an upstream gone, changes nothing
+    for the client: its session has ended)."""
+    if not session.upstream_open or session.upstream is None:
+        return  # none opened, or an upstream that keeps no sessions
+    call = ProviderCall(provider=PROVIDERS["mcp"], path=f"/mcp/{server}", body=b"")
+    upstream, target = state.upstream_for(call)
+    if upstream is None:
+        return
+    path = call.provider.upstream_path(call.path) if target is None else target
+    headers = _with_session(request.headers.raw, session.upstream)
+    try:
+        answer = await upstream.send("DELETE", path, b"", headers, b"")
+    except UpstreamError:
+        return
+    await answer.aclose()
 
 
 def mcp_routes() -> list[Route]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from chaosllm.core.mcp import sessions_of
 from chaosllm.server import ChaosServer
-from tests.helpers import read_head, read_until_eof
+from tests.helpers import loopback_upstream, read_head, read_until_eof
 from tests.mcp_helpers import INIT_PARAMS, QUERY, write_recordings
 
 pytestmark = pytest.mark.timeout(30)
@@ -307,3 +308,57 @@ def test_the_http_sse_transport_on_a_raw_socket(server: ChaosServer) -> None:
         assert b"event: message\r\n" not in got and b'"id": 1' in got
         assert post(b"{nope") == 400
         assert post(rpc("ping"), "/mcp/search/messages/?session_id=unknown") == 404
+
+
+class _SessionUpstream(BaseHTTPRequestHandler):
+    """A loopback MCP server that keeps sessions (``up-1``) and notes each DELETE."""
+
+    deleted: list[str | None] = []
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if "id" not in message:  # a notification
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        result: dict[str, Any] = {"tools": []}
+        if message["method"] == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {}}
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("mcp-session-id", "up-1")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_DELETE(self) -> None:
+        type(self).deleted.append(self.headers.get("mcp-session-id"))
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_record_missing_ends_the_upstreams_session_with_the_clients(tmp_path: Path) -> None:
+    """A DELETE of the client's session (chaosllm's id) ends the upstream session that
+    record-missing opened for it (the upstream's id), so none is left open upstream."""
+    _SessionUpstream.deleted = []
+    with (
+        loopback_upstream(_SessionUpstream) as upstream,
+        ChaosServer(tmp_path, mode="record-missing", mcp_upstreams={"search": upstream}) as s,
+    ):
+        status, head, _ = send(s, "POST", rpc("initialize", 1, INIT_PARAMS))
+        ours = header(head, "mcp-session-id")
+        assert status == 200 and ours is not None and ours != "up-1"
+        session = {"mcp-session-id": ours, "mcp-protocol-version": "2025-11-25"}
+        assert send(s, "POST", rpc("notifications/initialized", None), session)[0] == 202
+        assert send(s, "POST", rpc("tools/list", 2), session)[0] == 200
+        assert _SessionUpstream.deleted == []
+        assert send(s, "DELETE", b"", session)[0] == 200
+        assert _SessionUpstream.deleted == ["up-1"]
+        assert send(s, "POST", rpc("tools/list", 3), session)[0] == 404  # ours ended too
