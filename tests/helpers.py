@@ -392,3 +392,50 @@ def wire_plans(
         stall_ms=st.sampled_from([0.0, stall_ms]),
         close_after=st.booleans(),
     )
+
+
+class MemoryTransport:
+    """An asyncio transport for a connection protocol driven in memory: what it writes,
+    whether it closed, whether reading is paused."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(
+            name, default
+        )
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        pass
+
+    def set_protocol(self, protocol: Any) -> None:
+        pass

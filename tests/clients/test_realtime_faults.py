@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 from websockets.sync.client import ClientConnection, connect
 
 from chaosllm import ChaosServer
+from tests.realtime import QUESTION, WEATHER, item
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -21,9 +22,6 @@ pytestmark = [
         "ignore:connect\\(\\) must be used as a context manager:DeprecationWarning"
     ),
 ]
-
-QUESTION = "What is the capital of France?"
-WEATHER = "What is the weather in Paris?"
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +35,6 @@ def armed(server: ChaosServer) -> Iterator[ChaosServer]:
     server.reset()
     yield server
     server.reset()
-
-
-def item(text: str) -> dict[str, Any]:
-    return {
-        "type": "conversation.item.create",
-        "item": {
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": text}],
-        },
-    }
 
 
 def raw_turn(server: ChaosServer, text: str = QUESTION) -> tuple[ClientConnection, list[Any]]:

@@ -21,6 +21,7 @@ from websockets.sync.connection import Connection
 
 from chaosllm import ChaosServer
 from tests.helpers import RECORDINGS
+from tests.realtime import QUESTION, WEATHER, item
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -29,8 +30,6 @@ pytestmark = [
     ),
 ]
 
-QUESTION = "What is the capital of France?"
-WEATHER = "What is the weather in Paris?"
 TEXT_ANSWER = [
     "response.created",
     "response.output_item.added",
@@ -60,17 +59,6 @@ def armed(proxy: ChaosServer) -> Iterator[ChaosServer]:
     proxy.reset()
     yield proxy
     proxy.reset()
-
-
-def item(text: str) -> dict[str, Any]:
-    return {
-        "type": "conversation.item.create",
-        "item": {
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": text}],
-        },
-    }
 
 
 def ws_url(server: ChaosServer) -> str:

@@ -28,54 +28,10 @@ from chaosllm.http.direct import DirectHandler
 from chaosllm.http.state import ChaosState
 from chaosllm.wire import WireServer
 from chaosllm.wire.protocol import Connection
+from tests.helpers import MemoryTransport
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings" / "simple-chat"
 ASKED = json.loads((RECORDINGS / "0001.json").read_text())["request"]["body"]
-
-
-class _Transport:
-    """What a connection writes, and whether it closed."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(
-            name, default
-        )
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        pass
-
-    def set_protocol(self, protocol: Any) -> None:
-        pass
 
 
 def _request(
@@ -132,9 +88,9 @@ class _Side:
         self.loop = loop
         self.conn, self.transport = self._connect()
 
-    def _connect(self) -> tuple[Connection, _Transport]:
+    def _connect(self) -> tuple[Connection, MemoryTransport]:
         conn = Connection(self.server)
-        transport = _Transport()
+        transport = MemoryTransport()
         conn.connection_made(transport)  # type: ignore[arg-type]  # all it uses
         return conn, transport
 

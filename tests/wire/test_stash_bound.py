@@ -20,47 +20,7 @@ from chaosllm.wire.asgi import Receive, Scope, Send
 from chaosllm.wire.flow import ANSWERS_A_TURN, STASH_REQUESTS
 from chaosllm.wire.protocol import Connection
 from chaosllm.wire.reader import SLICE
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = False
-        self.reading = True
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(
-            name, default
-        )
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        pass
+from tests.helpers import MemoryTransport
 
 
 async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,15 +44,15 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-def _connect(loop: asyncio.AbstractEventLoop) -> tuple[Connection, _Transport]:
+def _connect(loop: asyncio.AbstractEventLoop) -> tuple[Connection, MemoryTransport]:
     server = WireServer(_echo)
     server.loop = loop
     return _made(server)
 
 
-def _made(server: WireServer) -> tuple[Connection, _Transport]:
+def _made(server: WireServer) -> tuple[Connection, MemoryTransport]:
     conn = Connection(server)
-    transport = _Transport()
+    transport = MemoryTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]  # all it uses
     return conn, transport
 
@@ -125,7 +85,7 @@ def _post(i: int, body: bytes) -> bytes:
     )
 
 
-def _answers(transport: _Transport) -> list[dict[str, Any]]:
+def _answers(transport: MemoryTransport) -> list[dict[str, Any]]:
     """The bodies written, in order (each up to the next status line)."""
     parts = bytes(transport.written).split(b"\r\n\r\n")[1:]
     return [json.loads(part.split(b"HTTP/1.1")[0]) for part in parts if part]
