@@ -44,8 +44,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 from chaosllm.config import Mode, OnMiss
+from chaosllm.core import proxy
 from chaosllm.core.call import Answer, Chosen, Decision, Headers, Request
 from chaosllm.core.hooks import Hooks
+from chaosllm.core.journal import JournalEntry
 from chaosllm.core.stages import finish
 from chaosllm.errors import NoMatch
 from chaosllm.faults import FAULT_TYPES
@@ -275,6 +277,13 @@ def admit(engine: Engine, request: Request) -> Chosen | None:
     if not is_request(body):
         if method == CANCELLED:
             request.fields["cancels"] = cancel(engine, request)
+            target = _cancelled(engine, request)
+            if (
+                engine.config.mode is Mode.RECORD_MISSING
+                and target is not None
+                and target.record.match == "upstream"
+            ):
+                return None  # the upstream runs that call: it is told too (`missed`)
         return _answer(request, None, 202, "accepted")
     if method == "ping":  # the newest revision's results say their resultType
         modern = _header(request.call.headers, PROTOCOL_HEADER) in MODERN_VERSIONS
@@ -297,17 +306,24 @@ def cancel(engine: Engine, request: Request) -> int:
     newest of the session's requests to this server with that id, still being answered)
     is stopped where it is (`PlanReport.stop`: a stall, a delay ends, the connection is
     closed); the ``seq`` of that request (0: none in flight)."""
+    entry = _cancelled(engine, request)
+    return entry.seq if entry is not None and entry.report.stop() else 0
+
+
+def _cancelled(engine: Engine, request: Request) -> JournalEntry | None:
+    """The entry of the request a ``notifications/cancelled`` names: the newest of the
+    session's requests to this server with that id, within `CANCEL_WITHIN`."""
     params = request.body.get("params")
     wanted = params.get("requestId") if isinstance(params, dict) else None
     if wanted is None:
-        return 0
+        return None
     call = request.call
     entries = engine.journal.entries(call.session)[-CANCEL_WITHIN:]
     for entry in reversed(entries):
         record = entry.record
         if record.path == call.path and record.rpc_id == wanted:
-            return entry.seq if entry.report.stop() else 0
-    return 0
+            return entry
+    return None
 
 
 def minted(engine: Engine, request: Request) -> Headers:
@@ -454,13 +470,16 @@ def resumable(engine: Engine, request: Request, answer: Answer) -> None:
 def missed(engine: Engine, request: Request) -> Decision | None:
     """A miss as a JSON-RPC error with the request's id, naming the nearest recordings
     (HTTP 200: a 404 would read as a lost session)."""
-    if (
-        not _is_mcp(request)
-        or engine.config.mode is Mode.RECORD_MISSING
-        or engine.config.on_miss is OnMiss.FALLBACK
-    ):
+    if not _is_mcp(request):
         return None
     call = request.call
+    if engine.config.mode is Mode.RECORD_MISSING:
+        if is_request(request.body):
+            return None  # proxied and recorded
+        # a cancellation of a proxied call (`admit`): told to the upstream, not recorded
+        return proxy.forward(engine, call, request.body, record=False, miss=True, turn=request.turn)
+    if engine.config.on_miss is OnMiss.FALLBACK:
+        return None
     try:
         engine.matcher.match(
             call.provider, request.body, request.digest, call.session, consume=False

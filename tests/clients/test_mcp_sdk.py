@@ -5,6 +5,7 @@ that server stopped, and the MCP faults as the SDK sees them."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from chaosllm.server import ChaosServer
@@ -408,3 +410,46 @@ def test_an_old_client_is_recorded_over_http_sse_and_replays_on_either_transport
     assert again == recorded
     assert fresh["result"] == recorded["result"] and fresh["tools"] == recorded["tools"]
     assert misses == []
+
+
+def test_record_missing_tells_the_upstream_of_a_cancelled_call(tmp_path: Path) -> None:
+    """A call no recording answers runs upstream; when the SDK gives up on it and sends
+    ``notifications/cancelled``, the upstream is sent it too, in the upstream's session
+    (the spec says a dropped connection is no cancellation: an upstream other than the
+    SDK's, which also stops on the disconnect, would run on), and it is not recorded."""
+    ran: list[str] = []
+    upstream_server = MCPServer("slow")
+
+    @upstream_server.tool()
+    async def wait(seconds: float) -> str:
+        """Wait that long."""
+        ran.append("started")
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            ran.append("cancelled")
+            raise
+        return "waited"
+
+    async def give_up(url: str) -> None:
+        async with connect(url) as client:
+            with pytest.raises(MCPError):
+                await client.call_tool("wait", {"seconds": 30}, read_timeout_seconds=0.5)
+            await client.list_tools()  # the session goes on
+
+    record_dir = tmp_path / "rec"
+    record_dir.mkdir()
+    with (
+        serving_mcp(upstream_server) as (upstream, _),
+        ChaosServer(record_dir, mode="record-missing", mcp_upstreams={"slow": upstream}) as chaos,
+    ):
+        run(lambda: give_up(f"{chaos.url}/mcp/slow"))
+        deadline = time.monotonic() + 10
+        while "cancelled" not in ran and time.monotonic() < deadline:
+            time.sleep(0.02)
+        journal = chaos.requests("agent")
+    assert ran == ["started", "cancelled"]
+    told = [e for e in journal if e["method"] == "notifications/cancelled"]
+    assert len(told) == 1 and told[0]["match"] == "upstream" and told[0]["status"] == 202
+    recorded = " ".join(f.read_text("utf-8") for f in record_dir.rglob("*.json"))
+    assert "notifications/cancelled" not in recorded and '"wait"' in recorded
