@@ -32,9 +32,9 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import anyio
-import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -47,6 +47,10 @@ from chaosllm.http.state import ChaosState
 from chaosllm.http.web import SESSION_HEADER as CHAOS_SESSION
 from chaosllm.http.web import chaos_state
 from chaosllm.model import Piece, ResponsePlan
+
+if TYPE_CHECKING:
+    import httpx
+
 from chaosllm.providers.mcp import INVALID_REQUEST, PARSE_ERROR, SESSION_HEADER, error_message
 
 __all__ = ["MESSAGES_PATH", "SSE_PATH", "legacy_routes"]
@@ -147,6 +151,8 @@ def _answer_plan(response: httpx.Response) -> ResponsePlan:
 async def _forward(request: Request, bridge: Bridge, raw: bytes) -> None:
     """A message of a stream, in a mode that may proxy: POSTed to the app's streamable
     HTTP endpoint in process, its answer played into the stream."""
+    import httpx  # replaying never needs it (chaosllm serve starts without it)
+
     server = request.path_params["server"]
     headers = [
         (k, v)
