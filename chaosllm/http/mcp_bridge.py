@@ -98,16 +98,21 @@ class Bridge:
         decision = self.engine.handle(call)
         assert isinstance(decision, Reply), "the bridge's engine replays"
         plan = decision.plan
-        minted = dict(plan.headers).get(SESSION_HEADER)
-        if minted is not None:
-            self.mcp_session = minted
-        self.play(plan, message)
+        self.answer(plan, message)
         report = decision.entry.report
         report.head_sent = plan.send_head
         if plan.ending is not Ending.STALL:
             report.outcome = Outcome.COMPLETE
         else:  # silent until the agent cancels it (or forever: the agent's timeout)
             report.on_stop(lambda: setattr(report, "outcome", Outcome.CANCELLED))
+
+    def answer(self, plan: ResponsePlan, message: Any) -> None:
+        """`plan`, the answer to `message`, played; the session id it mints kept for the
+        messages after it."""
+        minted = dict(plan.headers).get(SESSION_HEADER)
+        if minted is not None:
+            self.mcp_session = minted
+        self.play(plan, message)
 
     def play(self, plan: ResponsePlan, message: Any) -> None:
         if plan.status == 202:

@@ -32,7 +32,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.background import BackgroundTask
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     import httpx
 
 from chaosllm.providers.mcp import INVALID_REQUEST, PARSE_ERROR, SESSION_HEADER, error_message
+from chaosllm.providers.sse import split_frames
 
 __all__ = ["MESSAGES_PATH", "SSE_PATH", "legacy_routes"]
 
@@ -130,12 +131,21 @@ async def stream(request: Request) -> Response:
 
 
 _NOT_FORWARDED = frozenset(
-    {"host", "content-length", "content-type", "accept", "connection", SESSION_HEADER.lower()}
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "accept",
+        "connection",
+        SESSION_HEADER.lower(),
+        CHAOS_SESSION.lower(),
+    }
 )
+"""The POST's headers `_forward` does not pass on (it sets its own, the stream's)."""
 
 
 def _answer_plan(response: httpx.Response) -> ResponsePlan:
-    """The endpoint's answer as the plan the bridge plays: each SSE event a frame, a JSON
+    """The endpoint's answer as the plan the bridge plays: each SSE frame a piece, a JSON
     body one piece."""
     headers = tuple(
         (SESSION_HEADER if k.lower() == SESSION_HEADER.lower() else k, v)
@@ -143,22 +153,18 @@ def _answer_plan(response: httpx.Response) -> ResponsePlan:
     )
     body = response.content
     if response.headers.get("content-type", "").startswith("text/event-stream"):
-        events = [e + b"\n\n" for e in body.replace(b"\r\n", b"\n").split(b"\n\n") if e]
-        return ResponsePlan(response.status_code, headers, tuple(Piece(e) for e in events))
+        pieces = tuple(Piece(frame) for frame, _ in split_frames(body))
+        return ResponsePlan(response.status_code, headers, pieces)
     return ResponsePlan(response.status_code, headers, (Piece(body, frame=False),))
 
 
-async def _forward(request: Request, bridge: Bridge, raw: bytes) -> None:
+async def _forward(request: Request, bridge: Bridge, raw: bytes, message: Any) -> None:
     """A message of a stream, in a mode that may proxy: POSTed to the app's streamable
     HTTP endpoint in process, its answer played into the stream."""
     import httpx  # replaying never needs it (chaosllm serve starts without it)
 
     server = request.path_params["server"]
-    headers = [
-        (k, v)
-        for k, v in request.headers.items()
-        if k not in _NOT_FORWARDED and k != CHAOS_SESSION.lower()
-    ]
+    headers = [(k, v) for k, v in request.headers.items() if k not in _NOT_FORWARDED]
     headers += [("content-type", "application/json"), ACCEPT]
     if bridge.session is not None:  # the stream's, as in replay
         headers.append((CHAOS_SESSION, bridge.session))
@@ -172,11 +178,7 @@ async def _forward(request: Request, bridge: Bridge, raw: bytes) -> None:
     base = f"{request.url.scheme}://{request.headers.get('host', 'localhost')}"
     async with httpx.AsyncClient(transport=transport, base_url=base, timeout=None) as http:
         response = await http.post(f"/mcp/{server}", content=raw, headers=headers)
-    plan = _answer_plan(response)
-    minted = response.headers.get(SESSION_HEADER)
-    if minted is not None:
-        bridge.mcp_session = minted
-    bridge.play(plan, json.loads(raw))
+    bridge.answer(_answer_plan(response), message)
 
 
 async def message(request: Request) -> Response:
@@ -189,13 +191,12 @@ async def message(request: Request) -> Response:
         return _refused(404, INVALID_REQUEST, f"Could not find session {session_id!r}.")
     raw = await request.body()
     try:
-        json.loads(raw)
+        parsed = json.loads(raw)
     except ValueError:
         return _refused(400, PARSE_ERROR, "Parse error: the body is not one JSON-RPC message.")
     if state.config.mode is not Mode.REPLAY:  # the endpoint proxies and records it
-        return Response(
-            "Accepted", status_code=202, background=BackgroundTask(_forward, request, bridge, raw)
-        )
+        forward = BackgroundTask(_forward, request, bridge, raw, parsed)
+        return Response("Accepted", status_code=202, background=forward)
     line = " ".join(raw.decode("utf-8", "replace").splitlines())
     return Response("Accepted", status_code=202, background=BackgroundTask(bridge.handle, line))
 
