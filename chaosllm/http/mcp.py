@@ -81,15 +81,17 @@ def _session_of(headers: RawHeaders) -> str | None:
     return next((v.decode("latin-1") for k, v in headers if k.lower() == _SESSION), None)
 
 
-async def _post(
-    state: ChaosState, proxy: Proxy, headers: RawHeaders, body: bytes
+async def _ask(
+    state: ChaosState, call: ProviderCall, method: str, headers: RawHeaders, body: bytes = b""
 ) -> tuple[int, str | None]:
-    """POST `body` to the request's upstream: its status and its session id header."""
-    upstream, target = state.upstream_for(proxy.call)
-    assert upstream is not None
-    path = proxy.call.provider.upstream_path(proxy.call.path) if target is None else target
+    """Send `method` with `body` to `call`'s upstream: its status and its session id
+    header (502 and why, when it cannot be reached)."""
+    upstream, target = state.upstream_for(call)
+    if upstream is None:
+        return 502, "no upstream"
+    path = call.provider.upstream_path(call.path) if target is None else target
     try:
-        answer = await upstream.send("POST", path, b"", headers, body)
+        answer = await upstream.send(method, path, b"", headers, body)
     except UpstreamError as exc:
         return 502, f"{exc}"
     try:
@@ -106,13 +108,15 @@ async def _open(
     if not session.upstream_open:
         if not session.init:
             return "the session's initialize was not kept"
-        status, opened = await _post(state, proxy, _with_session(headers, None), session.init)
+        status, opened = await _ask(
+            state, proxy.call, "POST", _with_session(headers, None), session.init
+        )
         if status != 200:
             return f"its initialize got HTTP {status}"
         session.upstream, session.upstream_open, session.upstream_ready = opened, True, False
     if not session.upstream_ready:
-        status, _ = await _post(
-            state, proxy, _with_session(headers, session.upstream), _INITIALIZED
+        status, _ = await _ask(
+            state, proxy.call, "POST", _with_session(headers, session.upstream), _INITIALIZED
         )
         session.upstream_ready = status < 300
     return None
@@ -270,16 +274,7 @@ async def _end_upstream(
     if not session.upstream_open or session.upstream is None:
         return  # none opened, or an upstream that keeps no sessions
     call = ProviderCall(provider=PROVIDERS["mcp"], path=f"/mcp/{server}", body=b"")
-    upstream, target = state.upstream_for(call)
-    if upstream is None:
-        return
-    path = call.provider.upstream_path(call.path) if target is None else target
-    headers = _with_session(request.headers.raw, session.upstream)
-    try:
-        answer = await upstream.send("DELETE", path, b"", headers, b"")
-    except UpstreamError:
-        return
-    await answer.aclose()
+    await _ask(state, call, "DELETE", _with_session(request.headers.raw, session.upstream))
 
 
 def mcp_routes() -> list[Route]:
