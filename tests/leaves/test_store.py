@@ -50,6 +50,24 @@ def test_loader_computes_the_digest_and_keeps_a_stale_one_for_doctor(tmp_path: P
     assert store.by_digest[("openai.chat", P.digest(BODY))] == [exchange]
 
 
+def test_models_follow_loads_reloads_and_learned_recordings(tmp_path: Path) -> None:
+    write(tmp_path / "s" / "0001.json", recording())
+    store = RecordingStore.load([tmp_path])
+    assert store.models() == ["m"]
+    learned = dataclasses.replace(
+        store.exchanges[0],
+        request=dataclasses.replace(store.exchanges[0].request, body={**BODY, "model": "a"}),
+    )
+    store.add(learned)
+    assert store.models() == ["a", "m"]
+    write(
+        tmp_path / "s" / "0001.json",
+        recording(request={**recording()["request"], "body": {**BODY, "model": "z"}}),
+    )
+    store.reload()
+    assert store.models() == ["z"]
+
+
 def test_corrupt_files_are_reported_and_the_rest_loads(tmp_path: Path) -> None:
     write(tmp_path / "ok" / "0001.json", recording())
     write(tmp_path / "bad" / "0001.json", "{not json")
