@@ -52,8 +52,10 @@ class RecordingStore:
     dirs: Sequence[Path]
     exchanges: list[Exchange] = field(default_factory=list)
     errors: list[RecordingError] = field(default_factory=list)
-    model_names: set[str] = field(default_factory=set)
-    """The models the exchanges ask for (`models`)."""
+    model_names: list[str] | None = None
+    """The models the exchanges ask for, once `models` has read them (None again after
+    each load and `add`: read when asked, not at load, which leaves cached exchanges
+    undecoded)."""
     by_digest: dict[tuple[str, str], list[Exchange]] = field(default_factory=dict)
     by_scenario: dict[str, list[Exchange]] = field(default_factory=dict)
     by_alias: dict[tuple[str, str, str], list[Exchange]] = field(default_factory=dict)
@@ -158,7 +160,7 @@ class RecordingStore:
             if isinstance(scenario_meta, dict):
                 info.setdefault(exchange.scenario, scenario_meta)
         self.exchanges = exchanges
-        self.model_names = {m for m in map(_model, exchanges) if m is not None}
+        self.model_names = None
         self.by_digest = by_digest
         self.by_scenario = by_scenario
         self.by_alias = by_alias
@@ -176,9 +178,7 @@ class RecordingStore:
     def add(self, exchange: Exchange) -> None:
         """Add one exchange (a new recording) at the end, without reloading."""
         self.exchanges.append(exchange)
-        model = _model(exchange)
-        if model is not None:
-            self.model_names.add(model)
+        self.model_names = None
         if exchange.keyed_by in (Keying.REQUEST, Keying.SEQUENCE):
             self.by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
         else:  # a fixture keyed by its own digest (a hash-keyed one saved while serving)
@@ -189,9 +189,11 @@ class RecordingStore:
         self.by_scenario.setdefault(exchange.scenario, []).append(exchange)
 
     def models(self) -> list[str]:
-        """The models the recordings ask for (indexed as they are added, not rescanned:
+        """The models the recordings ask for (read once per load or `add`, not per ask:
         `/v1/models` is what load balancers and floods ask most)."""
-        return sorted(self.model_names)
+        if self.model_names is None:
+            self.model_names = sorted({m for m in map(_model, self.exchanges) if m is not None})
+        return list(self.model_names)
 
     def error_summary(self) -> list[dict[str, str]]:
         return [{"path": e.path, "problem": e.problem} for e in self.errors]
