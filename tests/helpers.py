@@ -30,6 +30,9 @@ from chaosllm.providers.sse import FrameSplitter
 from chaosllm.store.recordings import shipped_dir
 
 RECORDINGS = shipped_dir("recordings")
+CLIENT_RECORDINGS = Path(__file__).resolve().parent / "clients" / "recordings"
+"""Recordings the client tests serve besides the shipped ones: requests only one SDK
+can send (google-genai's automatic function calling)."""
 ROOT = Path(__file__).resolve().parent.parent
 """The repository's root: paths to its files are built from here, so that a test module
 reads the same files from whichever folder under tests/ it is in."""
@@ -91,6 +94,17 @@ resolution early, and a test measured a 200 ms stall as 0.197 s."""
 
 def recording(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((RECORDINGS / f"{name}.json").read_text("utf-8"))
+    return data
+
+
+def any_recording(name: str) -> dict[str, Any]:
+    """A shipped recording, or one of the client tests' own (`CLIENT_RECORDINGS`)."""
+    [path] = [
+        root / f"{name}.json"
+        for root in (RECORDINGS, CLIENT_RECORDINGS)
+        if (root / f"{name}.json").exists()
+    ]
+    data: dict[str, Any] = json.loads(path.read_text("utf-8"))
     return data
 
 

@@ -390,6 +390,64 @@ def _tool_config(config: JSON) -> JSON:
     return folded or None
 
 
+_SCHEMA_CHILDREN: Final = frozenset({"items", "anyOf"})
+"""A ``Schema``'s members that hold schemas (a schema, or a list of them); its
+``properties`` map names to schemas too."""
+
+
+def _schema_types(schema: JSON) -> JSON:
+    """An OpenAPI ``Schema`` (a function's ``parameters``, ``responseSchema``) with every
+    ``type`` in upper case: ``Type`` is an enum the API reads in either case (google-genai
+    declares it a ``CaseInSensitiveEnum`` and sends ``OBJECT``; the Vercel AI SDK sends
+    ``object``), so the two spellings ask for the same schema."""
+    if isinstance(schema, list):
+        return [_schema_types(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    typed: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str):
+            typed[key] = value.upper()
+        elif key == "properties" and isinstance(value, dict):
+            typed[key] = {name: _schema_types(v) for name, v in value.items()}
+        elif key in _SCHEMA_CHILDREN:
+            typed[key] = _schema_types(value)
+        else:
+            typed[key] = value
+    return typed
+
+
+def _declared_types(tools: JSON) -> JSON:
+    """Each function declaration of `tools` with its ``parameters`` and ``response``
+    schemas' types `_schema_types`; any other tool or member as it is."""
+    if not isinstance(tools, list):
+        return tools
+    return [
+        {
+            **tool,
+            "functionDeclarations": [
+                {
+                    k: _schema_types(v) if k in ("parameters", "response") else v
+                    for k, v in f.items()
+                }
+                if isinstance(f, dict)
+                else f
+                for f in tool["functionDeclarations"]
+            ],
+        }
+        if isinstance(tool, dict) and isinstance(tool.get("functionDeclarations"), list)
+        else tool
+        for tool in tools
+    ]
+
+
+def _config_types(config: JSON) -> JSON:
+    """A generationConfig with its ``responseSchema``'s types `_schema_types`."""
+    if not (isinstance(config, dict) and "responseSchema" in config):
+        return config
+    return {**config, "responseSchema": _schema_types(config["responseSchema"])}
+
+
 class GeminiCodec(Codec):
     """`Gemini`'s codec: its requests' canonical form, its answers' framing."""
 
@@ -462,25 +520,36 @@ class GeminiCodec(Codec):
             "cachedContent": _member(body, "cachedContent"),
         }
 
-    def equivalent(self, written: Any, *, defaults: bool = True) -> Any:
+    def equivalent(self, written: Any, *, defaults: bool = True, types: bool = True) -> Any:
         """Every field named in proto3 JSON's lowerCamelCase (the API reads
         ``parameters_json_schema`` as ``parametersJsonSchema``), the caller's data
         (arguments, schemas, property names) as it is; ``systemInstruction`` without
         ``role: "user"``; ``functionCallingConfig.mode: "AUTO"`` (the default) as no
-        mode, and a toolConfig left empty as none."""
+        mode, and a toolConfig left empty as none; an OpenAPI schema's ``type`` in
+        either case (`_schema_types`)."""
         named: dict[str, Any] = proto_json_names(written, _OPAQUE_FIELDS, _MAP_FIELDS)
         if not defaults:
             return named
-        return {
+        folded = {
             **named,
             "systemInstruction": without_defaults(named["systemInstruction"], _SYSTEM_DEFAULTS),
             "toolConfig": _tool_config(named["toolConfig"]),
         }
+        if not types:
+            return folded
+        return {
+            **folded,
+            "tools": _declared_types(named["tools"]),
+            "generationConfig": _config_types(named["generationConfig"]),
+        }
 
     def earlier_forms(self, written: Any) -> Sequence[Any]:
         """Before the calling mode ``AUTO`` and the system instruction's ``user`` role
-        were defaults."""
-        return (self.equivalent(written, defaults=False),)
+        were defaults, and a schema's type was read in either case."""
+        return (
+            self.equivalent(written, defaults=False),
+            self.equivalent(written, types=False),
+        )
 
     def stream_variant(self, body: JSON) -> tuple[str, Mapping[str, Any]]:
         """``alt=sse``: SSE events; without: a streamed JSON array."""

@@ -24,10 +24,12 @@ from chaosllm import ChaosServer
 from chaosllm.providers.sse import iter_data
 from chaosllm.testing.pytest_plugin import ChaosHandle
 from tests.helpers import (
+    CLIENT_RECORDINGS,
+    RECORDINGS,
     all_recordings,
+    any_recording,
     chunk_data,
     loopback_upstream,
-    recording,
     recording_proxy,
     write_chunk,
     written_chunk_data,
@@ -38,6 +40,11 @@ TEXT = "gemini-text/0001"
 STREAM = "gemini-stream/0001"
 TOOLS = "gemini-tools/0001"
 AFTER = "gemini-tools/0002"
+AFC = "gemini-afc/0001"
+"""google-genai's automatic function calling from a Python function (its schema as
+``parameters_json_schema`` with the default, its result as ``{result}``): a request only
+this SDK sends, so a recording the client tests serve (`CLIENT_RECORDINGS`), not shipped."""
+AFC_AFTER = "gemini-afc/0002"
 KEY = "AIzaSyChaosllmTestKey0000000000000000000"
 """A key shaped like Google's (what redaction must catch)."""
 
@@ -50,6 +57,21 @@ def get_weather(city: str, unit: str = "celsius") -> dict[str, Any]:
         unit: celsius or fahrenheit.
     """
     return {"temperature": 18, "unit": unit, "conditions": "partly cloudy"}
+
+
+GET_WEATHER = types.FunctionDeclaration(
+    name="get_weather",
+    description="Get the current weather in a city.",
+    parameters=types.Schema(
+        type=types.Type.OBJECT,
+        properties={
+            "city": types.Schema(type=types.Type.STRING, description="The city, e.g. Paris."),
+            "unit": types.Schema(type=types.Type.STRING, description="celsius or fahrenheit."),
+        },
+        required=["city"],
+    ),
+)
+"""The shipped gemini-tools' function, declared as the Vercel AI SDK declares it too."""
 
 
 def call(name: str, *, afc: bool = True) -> dict[str, Any]:
@@ -68,11 +90,14 @@ def call(name: str, *, afc: bool = True) -> dict[str, Any]:
             "contents": "Write a four-line poem about the sea.",
             "config": config,
         }
-    assert name == TOOLS
-    tools = types.GenerateContentConfig(
-        tools=[get_weather],
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=not afc),
-    )
+    if name == TOOLS:
+        tools = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[GET_WEATHER])])
+    else:
+        assert name == AFC
+        tools = types.GenerateContentConfig(
+            tools=[get_weather],
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=not afc),
+        )
     return {
         "model": "gemini-2.5-flash",
         "contents": "What's the weather like in Paris?",
@@ -85,11 +110,11 @@ REPLAYED = [TEXT, STREAM, TOOLS]
 
 
 def expected(name: str) -> types.GenerateContentResponse:
-    return types.GenerateContentResponse.model_validate(recording(name)["response"]["body"])
+    return types.GenerateContentResponse.model_validate(any_recording(name)["response"]["body"])
 
 
 def recorded_chunks(name: str) -> list[types.GenerateContentResponse]:
-    chunks = recording(name)["response"]["chunks"]
+    chunks = any_recording(name)["response"]["chunks"]
     return [
         types.GenerateContentResponse.model_validate(json.loads(data))
         for data in iter_data([c["data"] for c in chunks])
@@ -120,6 +145,25 @@ def sdk(server: ChaosServer) -> Iterator[genai.Client]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def afc_shared() -> Iterator[ChaosServer]:
+    with ChaosServer(recordings=[RECORDINGS, CLIENT_RECORDINGS]) as server:
+        yield server
+
+
+@pytest.fixture
+def afc_server(afc_shared: ChaosServer) -> ChaosServer:
+    """A server of the shipped recordings and the client tests' own (`AFC`)."""
+    afc_shared.reset()
+    return afc_shared
+
+
+@pytest.fixture
+def afc_sdk(afc_server: ChaosServer) -> Iterator[genai.Client]:
+    with client(afc_server) as c:
+        yield c
+
+
 def streamed(c: genai.Client, name: str) -> list[types.GenerateContentResponse]:
     return list(c.models.generate_content_stream(**call(name)))
 
@@ -144,7 +188,7 @@ def test_sync_stream(sdk: genai.Client, name: str) -> None:
     assert dump(final)["usage_metadata"] == dump(expected(name))["usage_metadata"]
     text = "".join(c.text or "" for c in chunks)
     assert text == (expected(name).text or "")
-    if recording(name)["response"].get("chunks"):  # recorded frames come back as recorded
+    if any_recording(name)["response"].get("chunks"):  # recorded frames come back as recorded
         assert [dump(c) for c in chunks] == [dump(c) for c in recorded_chunks(name)]
 
 
@@ -154,45 +198,50 @@ AIOHTTP_SUBCLASS = "ignore:Inheritance class AiohttpClientSession:DeprecationWar
 
 
 @pytest.mark.filterwarnings(AIOHTTP_SUBCLASS)
-def test_the_async_client(shared_server: ChaosServer) -> None:
+def test_the_async_client(afc_server: ChaosServer) -> None:
     async def main() -> None:
         with anyio.fail_after(20):
-            c = client(shared_server).aio  # closed below (and by the client on exit)
+            c = client(afc_server).aio  # closed below (and by the client on exit)
             for name in REPLAYED:
                 got = await c.models.generate_content(**call(name, afc=False))
                 assert dump(got) == dump(expected(name))
                 stream = await c.models.generate_content_stream(**call(name, afc=False))
                 chunks = [ch async for ch in stream]
                 assert "".join(ch.text or "" for ch in chunks) == (expected(name).text or "")
-            answer = await c.models.generate_content(**call(TOOLS))  # automatic function calling
-            assert answer.text == expected(AFTER).text
+            answer = await c.models.generate_content(**call(AFC))  # automatic function calling
+            assert answer.text == expected(AFC_AFTER).text
             await c.aclose()
 
     anyio.run(main)
 
 
 def test_automatic_function_calling_runs_the_tool_and_sends_its_result(
-    sdk: genai.Client, server: ChaosServer
+    afc_sdk: genai.Client, afc_server: ChaosServer
 ) -> None:
-    answer = sdk.models.generate_content(**call(TOOLS))
-    assert dump(answer) == dump(expected(AFTER))
+    answer = afc_sdk.models.generate_content(**call(AFC))
+    assert dump(answer) == dump(expected(AFC_AFTER))
     history = answer.automatic_function_calling_history or []
     assert [c.role for c in history] == ["user", "model", "user"]
-    assert [r["match"] for r in server.requests()] == ["exact", "exact"]
+    assert [r["match"] for r in afc_server.requests()] == ["exact", "exact"]
+    assert [r["recording"] for r in afc_server.requests()] == [AFC, AFC_AFTER]
 
 
 def test_function_calling_by_hand(sdk: genai.Client) -> None:
-    first = sdk.models.generate_content(**call(TOOLS, afc=False))
+    first = sdk.models.generate_content(**call(TOOLS))
     [function_call] = first.function_calls or []
-    assert function_call.name == "get_weather"
+    assert function_call.name == "get_weather" and function_call.id == "fc-3b1e9d0a"
     assert function_call.args == {"city": "Paris", "unit": "celsius"}
     assert first.candidates and first.candidates[0].content
-    result = types.Part.from_function_response(
-        name="get_weather", response={"result": get_weather(**function_call.args)}
+    result = types.Part(  # answered by the call's id, as the Vercel AI SDK answers it
+        function_response=types.FunctionResponse(
+            id=function_call.id,
+            name="get_weather",
+            response={"name": "get_weather", "content": get_weather(**function_call.args)},
+        )
     )
     follow_up = sdk.models.generate_content(
         **{
-            **call(TOOLS, afc=False),
+            **call(TOOLS),
             "contents": [
                 "What's the weather like in Paris?",
                 first.candidates[0].content,
@@ -408,13 +457,14 @@ def test_truncated_json_body_raises_a_json_error(sdk: genai.Client, server: Chao
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_malformed_tool_args_is_malformed_function_call(
-    sdk: genai.Client, server: ChaosServer, stream: bool
+    afc_sdk: genai.Client, afc_server: ChaosServer, stream: bool
 ) -> None:
+    server = afc_server
     server.arm("malformed_tool_args")
     if stream:
-        [answer] = list(sdk.models.generate_content_stream(**call(TOOLS)))
+        [answer] = list(afc_sdk.models.generate_content_stream(**call(AFC)))
     else:
-        answer = sdk.models.generate_content(**call(TOOLS))
+        answer = afc_sdk.models.generate_content(**call(AFC))
     # Observed: no function call, no exception; automatic function calling stops there
     # (one request); the Gemini API converter drops finishMessage.
     assert answer.candidates and answer.function_calls is None
@@ -538,7 +588,7 @@ class _Upstream(BaseHTTPRequestHandler):
         ).get("key", "")
         type(self).keys.append(key)
         if path.endswith(":streamGenerateContent"):
-            data = "".join(c["data"] for c in recording(STREAM)["response"]["chunks"]).encode()
+            data = "".join(c["data"] for c in any_recording(STREAM)["response"]["chunks"]).encode()
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
@@ -547,7 +597,7 @@ class _Upstream(BaseHTTPRequestHandler):
                 write_chunk(self, piece)
             self.wfile.write(b"0\r\n\r\n")
             return
-        body = json.dumps(recording(TEXT)["response"]["body"]).encode()
+        body = json.dumps(any_recording(TEXT)["response"]["body"]).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json; charset=UTF-8")
         self.send_header("content-length", str(len(body)))
@@ -628,7 +678,7 @@ def test_a_raw_client_gets_a_streamed_json_array_without_alt_sse(server: ChaosSe
     with httpx.stream("POST", url, json=body, timeout=10) as response:
         assert response.headers["content-type"].startswith("application/json")
         raw = response.read()
-    recorded = [c["data"] for c in recording(STREAM)["response"]["chunks"]]
+    recorded = [c["data"] for c in any_recording(STREAM)["response"]["chunks"]]
     assert json.loads(raw) == [json.loads(d) for d in iter_data(recorded)]
     [entry] = server.requests()
     assert entry["match"] == "exact" and KEY not in json.dumps(entry)

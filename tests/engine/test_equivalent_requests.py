@@ -24,8 +24,13 @@ from chaosllm.doctor import diagnose
 from chaosllm.paths import shipped_dir
 from chaosllm.providers import PROVIDERS
 from chaosllm.store.recordings import RecordingStore
-from tests.engine.test_failure_classes import STORE
-from tests.helpers import RECORDINGS, recording
+from tests.helpers import CLIENT_RECORDINGS, RECORDINGS, any_recording
+
+ROOTS = (RECORDINGS, CLIENT_RECORDINGS)
+"""The shipped recordings, and the clients' own (google-genai's automatic function
+calling, whose request no other SDK sends)."""
+STORE = RecordingStore.load(list(ROOTS))
+
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,6 +132,18 @@ def _gemini_camel(b: dict[str, Any]) -> None:
             f["responseJsonSchema"] = f.pop("response_json_schema")
 
 
+def _lower_types(schema: dict[str, Any]) -> None:
+    schema["type"] = schema["type"].lower()
+    for child in schema.get("properties", {}).values():
+        _lower_types(child)
+
+
+def _gemini_lower_types(b: dict[str, Any]) -> None:
+    for tool in b["tools"]:
+        for f in tool["functionDeclarations"]:
+            _lower_types(f["parameters"])
+
+
 def _gemini_snake(b: dict[str, Any]) -> None:
     b["tools"] = [{"function_declarations": t["functionDeclarations"]} for t in b["tools"]]
     b["generation_config"] = b.pop("generationConfig")
@@ -190,8 +207,11 @@ EQUIVALENT: list[tuple[str, str, Edit, str]] = [
     ("anthropic-tools/0001", "anthropic.messages", _anthropic_auto, "tool_choice auto"),
     ("anthropic-tools/0001", "anthropic.messages", _anthropic_auto_parallel, "auto, parallel"),
     ("anthropic-tools/0001", "anthropic.messages", _anthropic_eager, "eager_input_streaming"),
-    ("gemini-tools/0001", "gemini.generate_content", _gemini_camel, "camelCase names"),
+    ("gemini-afc/0001", "gemini.generate_content", _gemini_camel, "camelCase names"),
+    ("gemini-afc/0001", "gemini.generate_content", _gemini_snake, "snake_case names"),
     ("gemini-tools/0001", "gemini.generate_content", _gemini_snake, "snake_case names"),
+    ("gemini-tools/0001", "gemini.generate_content", _gemini_lower_types, "type in any case"),
+    ("gemini-tools/0002", "gemini.generate_content", _gemini_lower_types, "type in any case"),
     ("gemini-stream/0001", "gemini.generate_content", _gemini_system_no_role, "system role"),
     ("gemini-stream/0001", "gemini.generate_content", _gemini_snake_top, "snake_case fields"),
     ("gemini-tools/0001", "gemini.generate_content", _gemini_calling_auto, "calling mode AUTO"),
@@ -205,7 +225,7 @@ EQUIVALENT: list[tuple[str, str, Edit, str]] = [
 def test_both_forms_reach_the_same_recording_exactly(
     name: str, provider: str, edit: Edit, rule: str
 ) -> None:
-    body = recording(name)["request"]["body"]
+    body = any_recording(name)["request"]["body"]
     other = copy.deepcopy(body)
     edit(other)
     assert other != body
@@ -229,8 +249,14 @@ def _no_parallel(b: dict[str, Any]) -> None:
 def _property_renamed(b: dict[str, Any]) -> None:
     for tool in b["tools"]:
         for f in tool["functionDeclarations"]:
-            schema = f["parameters_json_schema"]["properties"]
+            schema = (f.get("parameters") or f["parameters_json_schema"])["properties"]
             schema["the_city"] = schema.pop("city")
+
+
+def _property_retyped(b: dict[str, Any]) -> None:
+    for tool in b["tools"]:
+        for f in tool["functionDeclarations"]:
+            f["parameters"]["properties"]["unit"]["type"] = "number"
 
 
 def _strict_true(b: dict[str, Any]) -> None:
@@ -281,6 +307,8 @@ DIFFERENT: list[tuple[str, str, Edit]] = [
     ("tool-call/0001", "openai.chat", _required),
     ("anthropic-tools/0001", "anthropic.messages", _no_parallel),
     ("gemini-tools/0001", "gemini.generate_content", _property_renamed),
+    ("gemini-afc/0001", "gemini.generate_content", _property_renamed),
+    ("gemini-tools/0001", "gemini.generate_content", _property_retyped),
     ("responses-simple/0001", "openai.responses", _assistant_input_text),
     ("tool-call/0001", "openai.chat", _strict_true),
     ("responses-tools/0002", "openai.responses", _other_reference),
@@ -301,7 +329,7 @@ def test_forms_that_are_not_the_same_stay_apart(name: str, provider: str, edit: 
     name is the caller's data (never camelCased), an assistant turn is not user input,
     ``strict: true`` is not the default, nor ``ANY`` or a list of allowed functions, and
     a system instruction in the model's role is not the default one."""
-    body = recording(name)["request"]["body"]
+    body = any_recording(name)["request"]["body"]
     other = copy.deepcopy(body)
     edit(other)
     codec = PROVIDERS[provider].codec
@@ -330,7 +358,7 @@ def test_every_shipped_recording_is_keyed_by_its_folded_digest() -> None:
 WRITTEN_BEFORE = {
     "responses-tools/0002": "fd6194eaa1d4bb6cd1a43f0f40754d7c64b3387f340922c02d4affb4fe5ab1ab",
     "gemini-stream/0001": "07fc2299e110cd64dc080b5f5cff4011999be10746938505994e6dbb32245164",
-    "gemini-tools/0001": "137ad432b3c4ba0e863e815c834f261246ade6225a6b394072653e4310de5e21",
+    "gemini-afc/0001": "137ad432b3c4ba0e863e815c834f261246ade6225a6b394072653e4310de5e21",
     "parallel-tools/0001": "c9e4eb488e6cc4143ebffe959bf124ca68813e21fda4bb482fb2fae2cb82271a",
     "responses-streaming/0001": "2a1e40dfc42cf199669c0e213fcbf884baab5f2299412a283bffab78037e0e9c",
     "responses-tools/0001": "cbff71e18f18e5659c8ef25822f56c026865a2340229044059cd1ea081b94dcb",
@@ -340,7 +368,7 @@ WRITTEN_BEFORE = {
 
 def test_a_recording_written_before_the_folding_needs_no_rewrite(tmp_path: Path) -> None:
     for name, old in WRITTEN_BEFORE.items():
-        data = recording(name)
+        data = any_recording(name)
         data["digest"] = old
         target = tmp_path / f"{name}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -352,12 +380,36 @@ def test_a_recording_written_before_the_folding_needs_no_rewrite(tmp_path: Path)
     report = diagnose([tmp_path])
     assert not [p for p in report.problems if p.check == "stale_digest"], report.render()
     for name in WRITTEN_BEFORE:
-        data = recording(name)
+        data = any_recording(name)
         if data["provider"] not in PATHS:
             continue
         body = data["request"]["body"]
         assert matched(ask(body, data["provider"], store)) == ("exact", name)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
+
+
+LOWER_TYPES_BEFORE = "dfce4a493788d1ede9b3d63d7e51685c33b553a7c86a2bfb7e1222d0a53960a5"
+"""gemini-tools/0001 with its schema's types in lower case (as the Vercel AI SDK sends
+them), digested before a schema's type was read in either case (computed at 11ee9c1)."""
+
+
+def test_a_gemini_recording_written_before_types_were_folded_needs_no_rewrite(
+    tmp_path: Path,
+) -> None:
+    data = any_recording("gemini-tools/0001")
+    _gemini_lower_types(data["request"]["body"])
+    data["digest"] = LOWER_TYPES_BEFORE
+    target = tmp_path / "gemini-tools" / "0001.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(data, indent=2, sort_keys=True), "utf-8")
+    codec = PROVIDERS["gemini.generate_content"].codec
+    assert LOWER_TYPES_BEFORE in codec.earlier_digests(data["request"]["body"])
+    assert codec.digest(data["request"]["body"]) != LOWER_TYPES_BEFORE
+    report = diagnose([tmp_path])
+    assert not [p for p in report.problems if p.check == "stale_digest"], report.render()
+    store = RecordingStore.load([tmp_path])
+    upper = any_recording("gemini-tools/0001")["request"]["body"]  # google-genai's spelling
+    assert matched(ask(upper, "gemini.generate_content", store)) == ("exact", "gemini-tools/0001")
 
 
 def test_a_recording_whose_request_was_edited_is_still_stale(tmp_path: Path) -> None:

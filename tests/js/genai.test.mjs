@@ -27,6 +27,7 @@ function argumentsOf(recording) {
       functionDeclarations: tool.functionDeclarations.map((f) => ({
         name: f.name,
         description: f.description,
+        parameters: f.parameters,
         parametersJsonSchema: f.parameters_json_schema ?? f.parametersJsonSchema,
         responseJsonSchema: f.response_json_schema ?? f.responseJsonSchema,
       })),

@@ -171,31 +171,79 @@ function anthropicCase(r) {
   };
 }
 
+/** A recorded OpenAPI Schema (google-genai writes `type: "OBJECT"`) as the JSON Schema an
+ * AI SDK user writes (`type: "object"`): the SDK sends it back as an OpenAPI Schema. */
+function jsonSchemaOf(schema) {
+  const { type, properties, items, ...rest } = schema;
+  return {
+    ...rest,
+    ...(type && { type: type.toLowerCase() }),
+    ...(properties && {
+      properties: Object.fromEntries(
+        Object.entries(properties).map(([k, v]) => [k, jsonSchemaOf(v)]),
+      ),
+    }),
+    ...(items && { items: jsonSchemaOf(items) }),
+  };
+}
+
+const geminiTools = (body) =>
+  body.tools?.[0]?.functionDeclarations?.map((f) => ({
+    name: f.name,
+    description: f.description,
+    parameters: jsonSchemaOf(f.parameters),
+  }));
+
 function geminiCase(r) {
   const body = r.request.body;
+  const messages = body.contents.map((c) => {
+    if (c.parts.every((p) => p.functionResponse)) {
+      return {
+        role: "tool",
+        content: c.parts.map(({ functionResponse: f }) => ({
+          type: "tool-result",
+          toolCallId: f.id,
+          toolName: f.name,
+          output: { type: "json", value: f.response.content },
+        })),
+      };
+    }
+    if (c.role === "model") {
+      return {
+        role: "assistant",
+        content: c.parts.map((p) =>
+          p.functionCall
+            ? toolCall(p.functionCall.id, p.functionCall.name, p.functionCall.args)
+            : { type: "text", text: p.text },
+        ),
+      };
+    }
+    return { role: "user", content: c.parts.map((p) => p.text).join("") };
+  });
+  const parts = r.response.body.candidates[0].content.parts;
   return {
     model: () => google()(body.model),
     args: {
       system: body.systemInstruction?.parts.map((p) => p.text).join(""),
-      messages: body.contents.map((c) => ({
-        role: c.role === "model" ? "assistant" : "user",
-        content: c.parts.map((p) => p.text).join(""),
-      })),
+      messages,
       temperature: body.generationConfig?.temperature,
+      tools: sdkTools(geminiTools(body), (t) => t),
     },
-    text: r.response.body.candidates[0].content.parts.map((p) => p.text).join(""),
-    calls: [],
+    text: parts
+      .filter((p) => p.text !== undefined)
+      .map((p) => p.text)
+      .join(""),
+    calls: parts
+      .filter((p) => p.functionCall)
+      .map((p) => [p.functionCall.name, JSON.stringify(p.functionCall.args)]),
   };
 }
 
-// gemini-tools (written by google-genai) stays out: the AI SDK sends a function's schema
-// as `parameters` (an OpenAPI Schema, `default` dropped), no `response_json_schema`, and a
-// function's answer as {name, content}: a different request (docs/providers/javascript.md).
 const PROTOCOLS = [
   ["openai.chat", chatCase, () => true],
   ["openai.responses", responsesCase, () => true],
   ["anthropic.messages", anthropicCase, () => true],
-  ["gemini.generate_content", geminiCase, (r) => !r.name.startsWith("gemini-tools/")],
+  ["gemini.generate_content", geminiCase, () => true],
 ];
 
 async function lastEntry() {
@@ -306,6 +354,15 @@ const LOOPS = [
     tools: (b) => b.tools.map((t) => ({ ...t, parameters: t.input_schema })),
     outputs: (b) => b.messages.at(-1).content.map((c) => c.content),
   },
+  {
+    name: "gemini.generate_content gemini-tools (the call answered by its id)",
+    provider: "gemini.generate_content",
+    scenario: "gemini-tools",
+    model: (b) => google()(b.model),
+    first: (b) => ({ prompt: b.contents[0].parts[0].text }),
+    tools: geminiTools,
+    outputs: (b) => b.contents.at(-1).parts.map((p) => p.functionResponse.response.content),
+  },
 ];
 
 describe("the AI SDK's tool loop replays both turns of each tool recording exactly", () => {
@@ -350,23 +407,6 @@ describe("the AI SDK's tool loop replays both turns of each tool recording exact
       assert.equal((await result.steps).length, 2);
     });
   }
-});
-
-describe("what the AI SDK cannot reach exactly", () => {
-  test("gemini-tools/0001: a different request (schema as `parameters`), a 404 miss", async () => {
-    const body = recording("gemini.generate_content", "gemini-tools/0001").request.body;
-    const error = await generateText({
-      model: google()(body.model),
-      maxRetries: 0,
-      prompt: body.contents[0].parts[0].text,
-      tools: sdkTools(body.tools[0].functionDeclarations, (t) => ({
-        ...t,
-        parameters: t.parameters_json_schema,
-      })),
-    }).catch((e) => e);
-    assert.equal(error.statusCode, 404, String(error));
-    assert.match(error.message, /gemini-tools\/0001/);
-  });
 });
 
 // -- the main faults ------------------------------------------------------------------------

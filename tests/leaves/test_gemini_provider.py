@@ -321,7 +321,11 @@ def test_a_function_call_streams_whole_with_its_args_object() -> None:
     [chunk] = payloads(Client().send(TOOLS, stream=True))
     part = chunk["candidates"][0]["content"]["parts"][0]
     assert part == {
-        "functionCall": {"name": "get_weather", "args": {"city": "Paris", "unit": "celsius"}}
+        "functionCall": {
+            "id": "fc-3b1e9d0a",
+            "name": "get_weather",
+            "args": {"city": "Paris", "unit": "celsius"},
+        }
     }
 
 
