@@ -79,10 +79,7 @@ class LineBuffer:
         """Buffer `text` (lines, each newline-terminated), each line prefixed."""
         prefix = self.prefix
         if prefix:
-            if text.count("\n") == 1:
-                text = prefix + text
-            else:
-                text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
+            text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
         self._lines.append(text)
         self._size += len(text)
         if self._size >= FLUSH_BYTES:
