@@ -92,20 +92,16 @@ resolution early, and a test measured a 200 ms stall as 0.197 s."""
 # -- the shipped recordings ------------------------------------------------------------
 
 
-def recording(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((RECORDINGS / f"{name}.json").read_text("utf-8"))
+def recording(name: str, root: Path = RECORDINGS) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((root / f"{name}.json").read_text("utf-8"))
     return data
 
 
 def any_recording(name: str) -> dict[str, Any]:
-    """A shipped recording, or one of the client tests' own (`CLIENT_RECORDINGS`)."""
-    [path] = [
-        root / f"{name}.json"
-        for root in (RECORDINGS, CLIENT_RECORDINGS)
-        if (root / f"{name}.json").exists()
-    ]
-    data: dict[str, Any] = json.loads(path.read_text("utf-8"))
-    return data
+    """A shipped recording, or one of the client tests' own (`CLIENT_RECORDINGS`): the
+    one folder that holds `name`."""
+    [root] = [r for r in (RECORDINGS, CLIENT_RECORDINGS) if (r / f"{name}.json").exists()]
+    return recording(name, root)
 
 
 def chunk_data(name: str) -> list[str]:

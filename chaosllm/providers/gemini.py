@@ -417,25 +417,24 @@ def _schema_types(schema: JSON) -> JSON:
     return typed
 
 
+_DECLARED_SCHEMAS: Final = frozenset({"parameters", "response"})
+"""A ``FunctionDeclaration``'s OpenAPI schemas."""
+
+
+def _declaration_types(declaration: JSON) -> JSON:
+    """A function declaration with its `_DECLARED_SCHEMAS`' types `_schema_types`."""
+    if not isinstance(declaration, dict):
+        return declaration
+    return {k: _schema_types(v) if k in _DECLARED_SCHEMAS else v for k, v in declaration.items()}
+
+
 def _declared_types(tools: JSON) -> JSON:
-    """Each function declaration of `tools` with its ``parameters`` and ``response``
-    schemas' types `_schema_types`; any other tool or member as it is."""
+    """Each function declaration of `tools` `_declaration_types`; any other tool as it is."""
     if not isinstance(tools, list):
         return tools
     return [
-        {
-            **tool,
-            "functionDeclarations": [
-                {
-                    k: _schema_types(v) if k in ("parameters", "response") else v
-                    for k, v in f.items()
-                }
-                if isinstance(f, dict)
-                else f
-                for f in tool["functionDeclarations"]
-            ],
-        }
-        if isinstance(tool, dict) and isinstance(tool.get("functionDeclarations"), list)
+        {**tool, "functionDeclarations": [_declaration_types(f) for f in declared]}
+        if isinstance(tool, dict) and isinstance(declared := tool.get("functionDeclarations"), list)
         else tool
         for tool in tools
     ]

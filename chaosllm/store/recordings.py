@@ -52,7 +52,7 @@ class RecordingStore:
     dirs: Sequence[Path]
     exchanges: list[Exchange] = field(default_factory=list)
     errors: list[RecordingError] = field(default_factory=list)
-    model_names: list[str] | None = None
+    _models: list[str] | None = field(default=None, init=False, repr=False)
     """The models the exchanges ask for, once `models` has read them (None again after
     each load and `add`: read when asked, not at load, which leaves cached exchanges
     undecoded)."""
@@ -160,7 +160,7 @@ class RecordingStore:
             if isinstance(scenario_meta, dict):
                 info.setdefault(exchange.scenario, scenario_meta)
         self.exchanges = exchanges
-        self.model_names = None
+        self._models = None
         self.by_digest = by_digest
         self.by_scenario = by_scenario
         self.by_alias = by_alias
@@ -178,7 +178,7 @@ class RecordingStore:
     def add(self, exchange: Exchange) -> None:
         """Add one exchange (a new recording) at the end, without reloading."""
         self.exchanges.append(exchange)
-        self.model_names = None
+        self._models = None
         if exchange.keyed_by in (Keying.REQUEST, Keying.SEQUENCE):
             self.by_digest.setdefault((exchange.provider, exchange.digest), []).append(exchange)
         else:  # a fixture keyed by its own digest (a hash-keyed one saved while serving)
@@ -191,9 +191,9 @@ class RecordingStore:
     def models(self) -> list[str]:
         """The models the recordings ask for (read once per load or `add`, not per ask:
         `/v1/models` is what load balancers and floods ask most)."""
-        if self.model_names is None:
-            self.model_names = sorted({m for m in map(_model, self.exchanges) if m is not None})
-        return list(self.model_names)
+        if self._models is None:
+            self._models = sorted({m for m in map(_model, self.exchanges) if m is not None})
+        return list(self._models)
 
     def error_summary(self) -> list[dict[str, str]]:
         return [{"path": e.path, "problem": e.problem} for e in self.errors]

@@ -459,8 +459,7 @@ def test_truncated_json_body_raises_a_json_error(sdk: genai.Client, server: Chao
 def test_malformed_tool_args_is_malformed_function_call(
     afc_sdk: genai.Client, afc_server: ChaosServer, stream: bool
 ) -> None:
-    server = afc_server
-    server.arm("malformed_tool_args")
+    afc_server.arm("malformed_tool_args")
     if stream:
         [answer] = list(afc_sdk.models.generate_content_stream(**call(AFC)))
     else:
@@ -470,7 +469,7 @@ def test_malformed_tool_args_is_malformed_function_call(
     assert answer.candidates and answer.function_calls is None
     assert answer.candidates[0].finish_reason == types.FinishReason.MALFORMED_FUNCTION_CALL
     assert answer.text is None and answer.candidates[0].finish_message is None
-    assert statuses(server) == [200]
+    assert statuses(afc_server) == [200]
 
 
 def test_malformed_function_call_message_reaches_a_vertex_client(server: ChaosServer) -> None:
