@@ -76,10 +76,8 @@ class LineBuffer:
         self._thread: threading.Thread | None = None
 
     def write(self, text: str) -> None:
-        """Buffer `text` (lines, each newline-terminated), each line prefixed."""
-        prefix = self.prefix
-        if prefix:
-            text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
+        """Buffer `text` (lines, each newline-terminated); each line is prefixed when the
+        batch is written out (one ``replace`` a batch instead of one a line)."""
         self._lines.append(text)
         self._size += len(text)
         if self._size >= FLUSH_BYTES:
@@ -108,8 +106,12 @@ class LineBuffer:
                 taken.append(lines.popleft())
             if not taken:
                 return
+            text = "".join(taken)
+            prefix = self.prefix
+            if prefix:
+                text = prefix + text[:-1].replace("\n", "\n" + prefix) + "\n"
             try:
-                self.stream.write("".join(taken))
+                self.stream.write(text)
                 self.stream.flush()
             except (OSError, ValueError):  # the stream is gone: the lines with it
                 pass
