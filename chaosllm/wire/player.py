@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from chaosllm.core.report import Outcome, PlanReport
@@ -46,6 +47,11 @@ class Line(Protocol):
     def send(self, data: bytes) -> None:
         """Write to the transport (the connection is open)."""
 
+    def send_at_turn_end(self, data: bytes) -> None:
+        """Write to the transport when the loop's turn ends, with the other answers written
+        at once in it (`chaosllm.wire.flow.Outbox`); the connection's later writes, its
+        close or reset, write it out first."""
+
     def close(self) -> None: ...
 
     def cycle_done(self, keep: bool) -> None:
@@ -62,19 +68,19 @@ def play_at_once(line: Line, program: Program, report: PlanReport) -> None:
         report.outcome = Outcome.CLIENT_GONE
         line.close()
         return
-    _put(line, program, 0, report)
+    _put(line.send_at_turn_end, program, 0, report)
     report.outcome = Outcome.COMPLETE
     if program.ending != KEEP or not program.keep or line.must_close:
         line.close()
 
 
-def _put(line: Line, program: Program, index: int, report: PlanReport) -> None:
-    """Write segment `index` and count it in `report`."""
+def _put(send: Callable[[bytes], None], program: Program, index: int, report: PlanReport) -> None:
+    """Write segment `index` with `send` and count it in `report`."""
     _, data, frames, size, head = program.segments[index]
     if index == 0:
         data = program.first()
     if data:
-        line.send(data)
+        send(data)
     if head:
         report.head_sent = True
     report.frames_sent += frames
@@ -137,7 +143,7 @@ class Player:
                 if line.closed or line.gone:
                     self._gone()
                     return
-                _put(line, program, self.index, report)
+                _put(line.send, program, self.index, report)
                 self.index += 1
                 if line.flow.write_paused:
                     self._hand_over()

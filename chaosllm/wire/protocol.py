@@ -60,7 +60,7 @@ from chaosllm.wire.common import (
 )
 from chaosllm.wire.cycle import AppCycle
 from chaosllm.wire.executor import execute
-from chaosllm.wire.flow import TURN, FlowControl, stash_full
+from chaosllm.wire.flow import CORK_BYTES, TURN, FlowControl, stash_full
 from chaosllm.wire.pacer import Pacer, Sleep
 from chaosllm.wire.player import Player, play_at_once
 from chaosllm.wire.program import Program, program_for
@@ -102,6 +102,10 @@ class Connection(asyncio.Protocol):
         """Handed over to a WebSocket (`chaosllm.wire.ws_protocol`), in `task`."""
         self.over_cap = False
         self.turns = server.turns_of(loop)
+        self.outbox = server.outbox_of(loop)
+        self.corked: list[bytes] = []
+        """Bytes held back for the end of the loop's turn (`chaosllm.wire.flow.Outbox`)."""
+        self.corked_size = 0
         self.deferred = False
         """Waiting for its turn to answer what it read (`chaosllm.wire.flow.Turns`)."""
         self.turn = -1
@@ -166,6 +170,7 @@ class Connection(asyncio.Protocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.corked = []  # nothing reaches a lost connection
         if not self.closed:
             self.closed = True
             self._cleanup()
@@ -458,7 +463,7 @@ class Connection(asyncio.Protocol):
                 self._internal_error(req.path)
             self.must_close = True
             if exc.reset:
-                await self.flow.flush()
+                await self.flush()
                 self.reset()
         except Exception:
             logger.exception("Exception in ASGI application")
@@ -504,12 +509,44 @@ class Connection(asyncio.Protocol):
 
     def send(self, data: bytes) -> None:
         assert self.transport is not None
+        if self.corked:
+            self.uncork()
         self.transport.write(data)
+
+    def send_at_turn_end(self, data: bytes) -> None:
+        """Write `data` when the loop's turn ends, with the other answers written at once
+        in it (`chaosllm.wire.flow.Outbox`); at once when the connection already holds
+        back `CORK_BYTES`."""
+        corked = self.corked
+        if not corked:
+            self.outbox.add(self)
+        corked.append(data)
+        self.corked_size += len(data)
+        if self.corked_size >= CORK_BYTES:
+            self.uncork()
+
+    def uncork(self) -> None:
+        """Write out what is held back for the turn's end."""
+        corked = self.corked
+        if corked:
+            self.corked = []
+            self.corked_size = 0
+            if not self.closed:
+                assert self.transport is not None
+                self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
+
+    async def flush(self) -> None:
+        """Wait until every byte written has been handed to the kernel."""
+        if self.corked:
+            self.uncork()
+        await self.flow.flush()
 
     def write_quietly(self, data: bytes) -> None:
         """Write `data` unless the client has gone or the socket is closed."""
         if not self.closed and not self.gone:
             assert self.transport is not None
+            if self.corked:
+                self.uncork()
             self.transport.write(data)
 
     async def pause(self, seconds: float) -> bool:
@@ -551,6 +588,8 @@ class Connection(asyncio.Protocol):
         """Close the socket: FIN first, so that unread input cannot turn it into an RST."""
         if self.closed:
             return
+        if self.corked:
+            self.uncork()
         self.closed = True
         self._cleanup()
         transport = self.transport
@@ -565,6 +604,8 @@ class Connection(asyncio.Protocol):
         """Close the socket with an RST (SO_LINGER on, 0 s)."""
         if self.closed:
             return
+        if self.corked:
+            self.uncork()
         self.closed = True
         self._cleanup()
         transport = self.transport
@@ -648,5 +689,5 @@ class _Sink:
         self.conn.close()
 
     async def reset(self) -> None:
-        await self.conn.flow.flush()
+        await self.conn.flush()
         self.conn.reset()

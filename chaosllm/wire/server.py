@@ -47,7 +47,7 @@ from chaosllm.wire.common import (
     bind_sockets,
     connection_cap,
 )
-from chaosllm.wire.flow import Turns
+from chaosllm.wire.flow import Outbox, Turns
 from chaosllm.wire.pacer import Pacer
 from chaosllm.wire.protocol import Connection
 
@@ -86,6 +86,13 @@ class WireServer(ServerCore):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pacer: Pacer | None = None
         self.turns: Turns | None = None
+        self.outbox: Outbox | None = None
+
+    def outbox_of(self, loop: asyncio.AbstractEventLoop) -> Outbox:
+        outbox = self.outbox
+        if outbox is None or outbox.loop is not loop:
+            outbox = self.outbox = Outbox(loop)
+        return outbox
 
     def turns_of(self, loop: asyncio.AbstractEventLoop) -> Turns:
         turns = self.turns

@@ -165,6 +165,8 @@ class Line:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     player: Player | None = None
     written: list[bytes] = field(default_factory=list)
+    held: list[bytes] = field(default_factory=list)
+    """Written at once, for the end of the loop's turn (`send_at_turn_end`)."""
     end: str = "open"
     kept: bool | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -173,10 +175,23 @@ class Line:
     # the callback executor's `Line`
 
     def send(self, data: bytes) -> None:
+        self.uncork()
         assert not self.closed
         self.written.append(data)
 
+    def send_at_turn_end(self, data: bytes) -> None:
+        """As the server's connection does: held back until the loop's turn ends."""
+        if not self.held:
+            self.loop.call_soon(self.uncork)
+        self.held.append(data)
+
+    def uncork(self) -> None:
+        held, self.held = self.held, []
+        if held and not self.closed:
+            self.written.extend(held)
+
     def close(self) -> None:
+        self.uncork()
         if not self.closed:
             self.closed = True
             self.end = "fin"
@@ -274,6 +289,8 @@ async def by_callbacks(program: Program, leave: str) -> Run:
     if program.instant:
         play_at_once(line, program, report)
         line.kept = not line.closed
+        await asyncio.sleep(0)  # the turn ends: what was held back is written
+        assert not line.held
     else:
         line.player = player = Player(line, program, report)
         loop.call_soon(player.start)
