@@ -24,7 +24,9 @@ NAME = "knowledge/0004"
 SOCKET_TIMEOUT = 10.0
 IDLE = 1200
 STALLED = 1000
-ANSWER_WITHIN = 1.0
+ANSWER_WITHIN = 5.0
+"""An answer, not a wait behind the stalls (60 s each): generous for a loaded 2-core CI
+machine (alone, a control-plane answer here takes about 15 ms)."""
 
 
 @pytest.fixture
