@@ -58,9 +58,9 @@ class Errors(abc.ABC):
         if not missing:
             return plan
         ident = request_id(key, self.request_id_form)
-        added = tuple((name, ident) for name in missing)
+        added = tuple([(name, ident) for name in missing])  # a list: no generator frame
         value = ident.encode("latin-1") + b"\r\n"
-        lines = b"".join(head + value for head in heads)
+        lines = b"".join([head + value for head in heads])
         stamped = plan.with_headers(plan.headers + added)
         bodied = self._stamp_body(stamped, ident)
         if bodied is stamped:  # only headers added: its program is the plan's, re-headed
