@@ -171,6 +171,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.corked = []  # nothing reaches a lost connection
+        self.corked_size = 0
         if not self.closed:
             self.closed = True
             self._cleanup()

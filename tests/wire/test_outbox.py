@@ -145,5 +145,6 @@ def test_nothing_reaches_a_lost_connection(
     conn, transport = _connect(server)
     conn.data_received(_request())
     conn.connection_lost(None)
+    assert conn.corked == [] and conn.corked_size == 0
     _turn(loop)
     assert transport.written == b""
