@@ -510,7 +510,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, data: bytes) -> None:
         assert self.transport is not None
-        if self.corked:
+        if self.corked:  # (checked here: a paced stream sends each frame this way)
             self.uncork()
         self.transport.write(data)
 
@@ -538,17 +538,13 @@ class Connection(asyncio.Protocol):
 
     async def flush(self) -> None:
         """Wait until every byte written has been handed to the kernel."""
-        if self.corked:
-            self.uncork()
+        self.uncork()
         await self.flow.flush()
 
     def write_quietly(self, data: bytes) -> None:
         """Write `data` unless the client has gone or the socket is closed."""
         if not self.closed and not self.gone:
-            assert self.transport is not None
-            if self.corked:
-                self.uncork()
-            self.transport.write(data)
+            self.send(data)
 
     async def pause(self, seconds: float) -> bool:
         """Sleep, watching the client; whether it is still there (False: it left)."""
@@ -589,8 +585,7 @@ class Connection(asyncio.Protocol):
         """Close the socket: FIN first, so that unread input cannot turn it into an RST."""
         if self.closed:
             return
-        if self.corked:
-            self.uncork()
+        self.uncork()
         self.closed = True
         self._cleanup()
         transport = self.transport
@@ -605,8 +600,7 @@ class Connection(asyncio.Protocol):
         """Close the socket with an RST (SO_LINGER on, 0 s)."""
         if self.closed:
             return
-        if self.corked:
-            self.uncork()
+        self.uncork()
         self.closed = True
         self._cleanup()
         transport = self.transport
